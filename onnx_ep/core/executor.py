@@ -1,0 +1,107 @@
+"""The step loop: runs a :class:`Program` over value slots.
+
+The hot path is deliberately plain: for each precomputed step, gather input
+slots, call the bound ``execute_with_workspace``, store outputs, drop dead
+values. Shapes were validated once when the signature was planned, so a cached
+signature does no checks and no dict lookups per node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from onnx_ep.core.graph import Graph
+from onnx_ep.core.kernel import ExecutionContext, WorkspaceView
+from onnx_ep.core.placement import place
+from onnx_ep.core.planner import COPY, Program, Step, build_program
+from onnx_ep.core.registry import KernelRegistry
+from onnx_ep.errors import KernelContractError, NodeError, OnnxEpError, RunCancelled
+
+
+class Executor:
+    """Runs programs; builds and caches subgraph programs on first use."""
+
+    def __init__(self, registry: KernelRegistry, providers: Sequence[str]) -> None:
+        self.registry = registry
+        self.providers = list(providers)
+        self._subprograms: dict[int, Program] = {}
+
+    def program_for(self, graph: Graph) -> Program:
+        """The program of a (sub)graph, placed with this executor's providers."""
+        prog = self._subprograms.get(id(graph))
+        if prog is None:
+            prog = build_program(graph, place(graph, self.registry, self.providers))
+            self._subprograms[id(graph)] = prog
+        return prog
+
+    def run(self, program: Program, inputs: Sequence[Any], *,
+            outer: Mapping[str, Any] | None = None,
+            workspaces: Sequence[WorkspaceView | None] | None = None,
+            cancel: Callable[[], bool] | None = None) -> list[Any]:
+        """Execute ``program`` and return its graph outputs in order.
+
+        :param inputs: one value per graph input, in order.
+        :param outer: outer-scope values for a subgraph, by name.
+        :param workspaces: one view (or None) per step, from the plan.
+        :param cancel: polled between steps; when it returns True the run stops
+            with :exc:`RunCancelled`.
+        """
+        env: list[Any] = [None] * program.n_slots
+        for s, v in program.constants:
+            env[s] = v
+        for s, v in zip(program.input_slots, inputs):
+            env[s] = v
+        if outer is not None:
+            for name, s in zip(program.graph.outer_names, program.outer_slots):
+                env[s] = outer[name]
+        steps = program.steps
+        i = 0
+        try:
+            for i, step in enumerate(steps):
+                if cancel is not None and cancel():
+                    raise RunCancelled(f"run cancelled before step {i} ({step.name!r}) of "
+                                       f"{len(steps)}")
+                args = [env[s] if s >= 0 else None for s in step.in_slots]
+                if step.kind == COPY:
+                    outs: list[Any] = [step.call(args[0], None)]
+                else:
+                    outs = [None] * len(step.out_slots)
+                    ctx = step.ctx if not step.scope_slots else self._scoped_ctx(step, env)
+                    ws = workspaces[i] if workspaces is not None else None
+                    step.call(ctx, args, outs, ws)
+                for s, v in zip(step.out_slots, outs):
+                    if s >= 0:
+                        env[s] = v
+                for s in step.frees:
+                    env[s] = None
+        except OnnxEpError:
+            raise
+        except Exception as exc:
+            # a kernel bug or an input the kernel did not validate: name the node, keep the cause
+            step = steps[i]
+            raise NodeError(f"kernel {getattr(step.placed, 'kernel', step.call)!r} failed: "
+                            f"{type(exc).__name__}: {exc}", node=step.name,
+                            op_type=step.placed.node.op_type if step.placed else "copy") from exc
+        return [env[s] for s in program.output_slots]
+
+    def _scoped_ctx(self, step: Step, env: list[Any]) -> ExecutionContext:
+        """A per-call context whose ``run_subgraph`` sees this run's outer-scope values."""
+        assert step.ctx is not None
+        scope = {name: env[s] for name, s in step.scope_slots}
+        if step.ctx.scope:
+            scope = {**step.ctx.scope, **scope}
+
+        def run_subgraph(graph: Graph, feeds: Sequence[Any] | Mapping[str, Any]) -> list[Any]:
+            if isinstance(feeds, Mapping):
+                feeds = [feeds[v.name] for v in graph.inputs]
+            prog = self.program_for(graph)
+            try:
+                return self.run(prog, feeds, outer=scope)
+            except KeyError as exc:
+                raise KernelContractError(f"subgraph {graph.name!r} of node {step.name!r} "
+                                          f"reads {exc} which is not in scope") from exc
+
+        return ExecutionContext(step.ctx.node, stream=step.ctx.stream,
+                                provider=step.ctx.provider, run_subgraph=run_subgraph,
+                                scope=scope)

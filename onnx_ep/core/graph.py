@@ -1,0 +1,335 @@
+"""ONNX model -> Graph / Node / Value: topological order, types and shapes, subgraphs.
+
+Shapes come from onnx's shape inference (with data propagation); dims are ints,
+symbolic names (``str``, resolved at run time from the feeds) or ``None``.
+Subgraphs of ``If`` / ``Loop`` / ``Scan`` become nested :class:`Graph` objects;
+the names they read from the enclosing scope are the node's ``implicit_inputs``,
+so ordering and liveness account for them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from onnx_ep.core.dtypes import np_dtype, type_string
+from onnx_ep.core.kernel import TensorSpec
+from onnx_ep.errors import ModelError
+
+#: the newest opset of ai.onnx the installed onnx package defines
+MAX_ONNX_OPSET = onnx.defs.onnx_opset_version()
+
+
+@attrs.define
+class Value:
+    """A named value: graph input/output or an intermediate.
+
+    :ivar kind: ``"tensor"``, ``"sequence"``, ``"optional"``, ``"map"`` or ``"unknown"``.
+    :ivar spec: dtype and shape for tensors when known.
+    :ivar type_str: onnxruntime-style type string (``tensor(float)``).
+    """
+
+    name: str
+    kind: str = "unknown"
+    spec: TensorSpec | None = None
+    type_str: str = ""
+    elem_type: int = 0
+
+
+@attrs.define(eq=False)
+class Node:
+    """One node. ``inputs`` holds ``""`` for a missing optional input."""
+
+    name: str
+    op_type: str
+    domain: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    attrs: dict[str, Any]
+    implicit_inputs: tuple[str, ...] = ()
+
+    @property
+    def subgraphs(self) -> list[Graph]:
+        out: list[Graph] = []
+        for v in self.attrs.values():
+            if isinstance(v, Graph):
+                out.append(v)
+            elif isinstance(v, list) and v and isinstance(v[0], Graph):
+                out.extend(v)
+        return out
+
+
+@attrs.define(eq=False)
+class Graph:
+    """A (sub)graph in topological order.
+
+    :ivar inputs: graph inputs that are not initializers.
+    :ivar initializers: weights as numpy arrays.
+    :ivar values: every value with known type info, by name.
+    :ivar opsets: opset version per domain (``""`` for ai.onnx).
+    :ivar outer_names: names a subgraph reads from its enclosing scope.
+    """
+
+    name: str
+    nodes: list[Node]
+    inputs: list[Value]
+    outputs: list[Value]
+    initializers: dict[str, np.ndarray]
+    values: dict[str, Value]
+    opsets: dict[str, int]
+    outer_names: tuple[str, ...] = ()
+
+    @property
+    def weight_bytes(self) -> int:
+        return sum(int(a.nbytes) for a in self.initializers.values())
+
+    def opset(self, domain: str) -> int:
+        return self.opsets.get(domain, 1)
+
+
+# ------------------------------------------------------------------ loading
+
+
+def load_model(model: str | os.PathLike[str] | bytes | onnx.ModelProto) -> onnx.ModelProto:
+    """Read a model from a path (external data included), bytes or a ModelProto."""
+    if isinstance(model, onnx.ModelProto):
+        return model
+    try:
+        if isinstance(model, (bytes, bytearray, memoryview)):
+            proto = onnx.ModelProto()
+            proto.ParseFromString(bytes(model))
+            return proto
+        path = os.fspath(model)
+        if not os.path.exists(path):
+            raise ModelError(f"model file {path!r} does not exist")
+        return onnx.load(path)
+    except ModelError:
+        raise
+    except Exception as exc:  # protobuf DecodeError, truncated files, bad external data
+        what = "model bytes" if isinstance(model, (bytes, bytearray, memoryview)) else repr(model)
+        raise ModelError(f"cannot parse {what} as an ONNX model ({type(exc).__name__}: {exc}); "
+                         f"is the file truncated or not an .onnx file?") from exc
+
+
+def build_graph(model: onnx.ModelProto) -> Graph:
+    """Validate ``model`` and convert it into a :class:`Graph` with inferred types."""
+    if not model.HasField("graph"):
+        raise ModelError("model has no graph; is it an ONNX ModelProto?")
+    opsets = _opsets(model)
+    model = _infer(model)
+    return _convert_graph(model.graph, opsets, outer=frozenset(), top=True)
+
+
+def _opsets(model: onnx.ModelProto) -> dict[str, int]:
+    opsets: dict[str, int] = {}
+    for imp in model.opset_import:
+        dom = "" if imp.domain in ("", "ai.onnx") else imp.domain
+        opsets[dom] = int(imp.version)
+    if "" not in opsets and model.ir_version >= 3:
+        # IR >= 3 requires an explicit opset import for the default domain when it is used
+        if any(n.domain in ("", "ai.onnx") for n in model.graph.node):
+            raise ModelError("model uses ai.onnx operators but declares no opset_import "
+                             "for the default domain")
+    ver = opsets.get("")
+    if ver is not None and not 1 <= ver <= MAX_ONNX_OPSET:
+        raise ModelError(f"unknown ai.onnx opset {ver}: the installed onnx "
+                         f"{onnx.__version__} knows opsets 1..{MAX_ONNX_OPSET}")
+    return opsets
+
+
+def _infer(model: onnx.ModelProto) -> onnx.ModelProto:
+    try:
+        return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    except Exception:
+        # inference is advisory (custom domains, partial models); kernels see real shapes
+        return model
+
+
+def value_from_type(name: str, tp: onnx.TypeProto) -> Value:
+    """A :class:`Value` from an ONNX ``TypeProto``."""
+    which = tp.WhichOneof("value")
+    if which == "tensor_type":
+        tt = tp.tensor_type
+        if not tt.elem_type:
+            return Value(name, "tensor")
+        dims: tuple[Any, ...] | None = None
+        if tt.HasField("shape"):
+            dims = tuple(
+                d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+                for d in tt.shape.dim)
+        dtype = np_dtype(tt.elem_type)
+        spec = TensorSpec(dtype, dims) if dims is not None else None
+        return Value(name, "tensor", spec, type_string(tt.elem_type), tt.elem_type)
+    if which == "sequence_type":
+        inner = value_from_type(name, tp.sequence_type.elem_type)
+        return Value(name, "sequence", None, f"seq({inner.type_str})")
+    if which == "optional_type":
+        inner = value_from_type(name, tp.optional_type.elem_type)
+        return Value(name, "optional", None, f"optional({inner.type_str})")
+    if which == "map_type":
+        return Value(name, "map", None, "map")
+    return Value(name)
+
+
+def _convert_graph(gp: onnx.GraphProto, opsets: dict[str, int], outer: frozenset[str],
+                   top: bool = False) -> Graph:
+    values: dict[str, Value] = {}
+    for vi in list(gp.input) + list(gp.value_info) + list(gp.output):
+        values[vi.name] = value_from_type(vi.name, vi.type)
+    initializers: dict[str, np.ndarray] = {}
+    for t in gp.initializer:
+        initializers[t.name] = _tensor_to_array(t)
+    for st in gp.sparse_initializer:
+        initializers[st.values.name] = _sparse_to_array(st)
+    inputs = [values[vi.name] for vi in gp.input if vi.name not in initializers]
+    outputs = [values[vi.name] for vi in gp.output]
+
+    local = set(initializers) | {vi.name for vi in gp.input}
+    for n in gp.node:
+        local.update(o for o in n.output if o)
+    scope = frozenset(local) | outer
+    nodes: list[Node] = []
+    seen_names: set[str] = set()
+    for i, np_ in enumerate(gp.node):
+        name = np_.name or f"{np_.op_type}_{i}"
+        if name in seen_names:
+            name = f"{name}_{i}"
+        seen_names.add(name)
+        attrs_ = {a.name: _attr_value(a, opsets, scope, name) for a in np_.attribute}
+        node = Node(name, np_.op_type, "" if np_.domain in ("", "ai.onnx") else np_.domain,
+                    tuple(np_.input), tuple(np_.output), attrs_)
+        implicit: list[str] = []
+        for sg in node.subgraphs:
+            implicit.extend(n for n in sg.outer_names if n not in implicit)
+        node.implicit_inputs = tuple(implicit)
+        nodes.append(node)
+
+    produced_outer = [n for n in _free_names(nodes, local) if n in outer]
+    unknown = [n for n in _free_names(nodes, local) if n not in outer]
+    if unknown:
+        raise ModelError(f"graph {gp.name!r} reads value(s) {unknown[:5]} that no node, "
+                         f"input or initializer defines")
+    ordered = _toposort(nodes, set(initializers) | {vi.name for vi in gp.input} | set(outer))
+    for o in outputs:
+        if o.name not in local and o.name not in outer:
+            raise ModelError(f"graph output {o.name!r} is not produced by any node or input")
+    return Graph(gp.name, ordered, inputs, outputs, initializers, values, opsets,
+                 tuple(produced_outer))
+
+
+def _free_names(nodes: Iterable[Node], local: set[str]) -> list[str]:
+    free: list[str] = []
+    for n in nodes:
+        for name in list(n.inputs) + list(n.implicit_inputs):
+            if name and name not in local and name not in free:
+                free.append(name)
+    return free
+
+
+def _toposort(nodes: list[Node], available: set[str]) -> list[Node]:
+    """Kahn's algorithm, stable with respect to the model's node order."""
+    producers: dict[str, int] = {}
+    for i, n in enumerate(nodes):
+        for o in n.outputs:
+            if o:
+                producers[o] = i
+    deps: list[set[int]] = []
+    users: list[list[int]] = [[] for _ in nodes]
+    for i, n in enumerate(nodes):
+        d = {producers[x] for x in (*n.inputs, *n.implicit_inputs)
+             if x and x not in available and x in producers}
+        deps.append(d)
+        for j in d:
+            users[j].append(i)
+    remaining = [len(d) for d in deps]
+    import heapq
+    ready = [i for i, r in enumerate(remaining) if r == 0]
+    heapq.heapify(ready)
+    order: list[Node] = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(nodes[i])
+        for u in users[i]:
+            remaining[u] -= 1
+            if remaining[u] == 0:
+                heapq.heappush(ready, u)
+    if len(order) != len(nodes):
+        stuck = [nodes[i].name for i, r in enumerate(remaining) if r > 0]
+        raise ModelError(f"graph has a cycle through node(s) {stuck[:6]}; ONNX graphs "
+                         f"must be acyclic")
+    return order
+
+
+def _attr_value(a: onnx.AttributeProto, opsets: dict[str, int], scope: frozenset[str],
+                node_name: str) -> Any:
+    T = onnx.AttributeProto
+    if a.ref_attr_name:
+        raise ModelError(f"node {node_name!r}: attribute {a.name!r} refers to a function "
+                         f"attribute; only model-level graphs are supported")
+    t = a.type
+    if t == T.FLOAT:
+        return float(a.f)
+    if t == T.INT:
+        return int(a.i)
+    if t == T.STRING:
+        return a.s.decode("utf-8", errors="surrogateescape")
+    if t == T.TENSOR:
+        return _tensor_to_array(a.t)
+    if t == T.SPARSE_TENSOR:
+        return _sparse_to_array(a.sparse_tensor)
+    if t == T.GRAPH:
+        return _convert_graph(a.g, opsets, scope)
+    if t == T.TYPE_PROTO:
+        return a.tp
+    if t == T.FLOATS:
+        return [float(x) for x in a.floats]
+    if t == T.INTS:
+        return [int(x) for x in a.ints]
+    if t == T.STRINGS:
+        return [s.decode("utf-8", errors="surrogateescape") for s in a.strings]
+    if t == T.TENSORS:
+        return [_tensor_to_array(x) for x in a.tensors]
+    if t == T.GRAPHS:
+        return [_convert_graph(g, opsets, scope) for g in a.graphs]
+    if t == T.TYPE_PROTOS:
+        return list(a.type_protos)
+    raise ModelError(f"node {node_name!r}: attribute {a.name!r} has unknown type {t}")
+
+
+def _tensor_to_array(t: onnx.TensorProto) -> np.ndarray:
+    try:
+        arr = numpy_helper.to_array(t)
+    except Exception as exc:
+        raise ModelError(f"cannot read tensor {t.name!r}: {exc}") from exc
+    if arr.dtype == object:
+        arr = np.array([x.decode("utf-8") if isinstance(x, bytes) else x
+                        for x in arr.ravel()], dtype=object).reshape(arr.shape)
+    return arr
+
+
+def _sparse_to_array(st: onnx.SparseTensorProto) -> np.ndarray:
+    values = _tensor_to_array(st.values)
+    indices = _tensor_to_array(st.indices).astype(np.int64)
+    shape = tuple(st.dims)
+    dense = np.zeros(shape, dtype=values.dtype)
+    if indices.ndim == 1:
+        dense.reshape(-1)[indices] = values
+    else:
+        dense[tuple(indices.T)] = values
+    return dense
+
+
+def describe_inputs(values: Iterable[Value]) -> list[dict[str, Any]]:
+    """Plain dicts for messages and the CLI."""
+    return [{"name": v.name, "type": v.type_str,
+             "shape": list(v.spec.shape) if v.spec else None} for v in values]
+
+
+def spec_mapping(graph: Graph) -> Mapping[str, TensorSpec | None]:
+    return {name: v.spec for name, v in graph.values.items()}

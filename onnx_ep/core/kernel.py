@@ -1,0 +1,370 @@
+"""The Kernel protocol and its value types: the contract between the core and every provider.
+
+A plugin author reads this file and ``plugins/hookspecs.py`` and nothing else.
+See docs/KERNELS.md for a walk-through.
+
+Lifecycle of a kernel, per node and shape signature:
+
+1. *Placement*: the registry finds kernels whose :class:`OpKey` matches the
+   node's domain, op type and opset; :meth:`Kernel.supports` (optional) may
+   decline a node with a reason (an unsupported dtype or attribute value).
+2. *Binding*: :meth:`Kernel.bind` (optional) returns the object that will run
+   this node, so kernels can parse attributes once and keep per-node state.
+3. *Planning*: :meth:`Kernel.workspace_requirement` states exact scratch bytes.
+4. *Execution*: :meth:`Kernel.execute_with_workspace` runs on ``ctx.stream``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+import attrs
+import numpy as np
+
+from onnx_ep.errors import WorkspaceTooSmall
+
+
+def _to_dtype(value: Any) -> np.dtype:
+    return np.dtype(value)
+
+
+def _to_shape(value: Any) -> tuple[Any, ...]:
+    return tuple(value)
+
+
+@attrs.frozen
+class OpKey:
+    """Which operator a kernel implements.
+
+    :ivar domain: ``""`` for ai.onnx, else the custom domain (``"com.example"``).
+    :ivar op_type: the operator name, written once here (``"Gemm"``).
+    :ivar since: the first opset version this kernel implements; the registry
+        picks the kernel with the largest ``since`` not above the model's opset.
+    """
+
+    domain: str
+    op_type: str
+    since: int = 1
+
+    def __str__(self) -> str:
+        return f"{self.domain or 'ai.onnx'}::{self.op_type}"
+
+
+@attrs.frozen
+class TensorSpec:
+    """dtype and shape of a tensor; dims may be ints or symbolic names (str) or None."""
+
+    dtype: np.dtype = attrs.field(converter=_to_dtype)
+    shape: tuple[Any, ...] = attrs.field(converter=_to_shape)
+
+    @property
+    def is_static(self) -> bool:
+        """True when every dim is a concrete int."""
+        return all(isinstance(d, int) for d in self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        """THE size formula: the planner and every executor call this, nothing else."""
+        return tensor_nbytes(self.dtype, self.shape)
+
+
+def tensor_nbytes(dtype: np.dtype, shape: Sequence[Any]) -> int:
+    """Bytes of a dense tensor. Raises ``ValueError`` for a non-static shape."""
+    n = 1
+    for d in shape:
+        if not isinstance(d, (int, np.integer)):
+            raise ValueError(f"shape {tuple(shape)} is not static")
+        n *= int(d)
+    return n * np.dtype(dtype).itemsize
+
+
+class ParityKind(enum.Enum):
+    EXACT = "exact"
+    ULP = "ulp"
+    TOLERANCE = "tolerance"
+
+
+@attrs.frozen
+class Parity:
+    """A kernel's promise against cpu_reference. The parity harness enforces it.
+
+    Use :data:`Parity.EXACT`, :meth:`Parity.ulp` or :meth:`Parity.tolerance`.
+    """
+
+    kind: ParityKind
+    max_ulp: int = 0
+    rtol: float = 0.0
+    atol: float = 0.0
+
+    EXACT: ClassVar[Parity]
+
+    @classmethod
+    def ulp(cls, max_ulp: int) -> Parity:
+        """At most ``max_ulp`` units in the last place from the reference."""
+        return cls(ParityKind.ULP, max_ulp=max_ulp)
+
+    @classmethod
+    def tolerance(cls, rtol: float, atol: float = 0.0) -> Parity:
+        """``|x - ref| <= atol + rtol * |ref|`` elementwise."""
+        return cls(ParityKind.TOLERANCE, rtol=rtol, atol=atol)
+
+    def __str__(self) -> str:
+        if self.kind is ParityKind.EXACT:
+            return "exact"
+        if self.kind is ParityKind.ULP:
+            return f"<= {self.max_ulp} ulp"
+        return f"rtol={self.rtol:g}, atol={self.atol:g}"
+
+
+Parity.EXACT = Parity(ParityKind.EXACT)
+
+
+@attrs.frozen
+class Support:
+    """Whether a kernel accepts a node; a value, not a bool, so refusals explain themselves."""
+
+    ok: bool
+    reason: str = ""
+
+    YES: ClassVar[Support]
+
+    @classmethod
+    def no(cls, reason: str) -> Support:
+        return cls(False, reason)
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+Support.YES = Support(True)
+
+
+@attrs.frozen
+class CaptureSupport:
+    """Whether a kernel may be recorded into a CUDA graph.
+
+    A kernel that answers SUPPORTED never synchronizes, allocates, frees,
+    uploads from the host or reads back to the host while its stream captures.
+    """
+
+    supported: bool
+    reason: str = ""
+
+    SUPPORTED: ClassVar[CaptureSupport]
+
+    @classmethod
+    def unsupported(cls, reason: str) -> CaptureSupport:
+        return cls(False, reason)
+
+
+CaptureSupport.SUPPORTED = CaptureSupport(True)
+
+
+class WorkspaceLifetime(enum.Enum):
+    """How long a workspace slot lives."""
+
+    STEP_SCOPED = "step"            #: released when the run ends (success, error, cancel)
+    SESSION_PERSISTENT = "session"  #: kept and reused across runs of the session
+
+
+@attrs.frozen
+class WorkspaceRequirement:
+    """Exact scratch bytes a node needs at given shapes, and how long they live."""
+
+    nbytes: int
+    lifetime: WorkspaceLifetime = WorkspaceLifetime.STEP_SCOPED
+
+    NONE: ClassVar[WorkspaceRequirement]
+
+    def __attrs_post_init__(self) -> None:
+        if not isinstance(self.nbytes, (int, np.integer)) or self.nbytes < 0:
+            raise ValueError(f"workspace nbytes must be an int >= 0, got {self.nbytes!r}")
+
+
+WorkspaceRequirement.NONE = WorkspaceRequirement(0)
+
+
+class WorkspaceView:
+    """Scratch memory carved from the executor's reservation for one node.
+
+    On the CPU the backing store is a ``uint8`` numpy array; on a device it is a
+    device buffer (``base`` is then an address). Asking for more bytes than
+    were planned raises :exc:`WorkspaceTooSmall`; it never under-allocates.
+    """
+
+    __slots__ = ("buffer", "nbytes", "lifetime")
+
+    def __init__(self, buffer: Any, nbytes: int,
+                 lifetime: WorkspaceLifetime = WorkspaceLifetime.STEP_SCOPED) -> None:
+        self.buffer = buffer
+        self.nbytes = int(nbytes)
+        self.lifetime = lifetime
+
+    def require(self, nbytes: int) -> None:
+        """Raise :exc:`WorkspaceTooSmall` unless ``nbytes`` fit in this view."""
+        if nbytes > self.nbytes:
+            raise WorkspaceTooSmall(
+                f"kernel asked for {nbytes} workspace bytes but the plan reserved "
+                f"{self.nbytes}; workspace_requirement() and execute must size through "
+                f"the same helper")
+
+    def array(self, dtype: Any, shape: Sequence[int], offset: int = 0) -> np.ndarray:
+        """A numpy view of ``shape`` and ``dtype`` at byte ``offset`` (CPU workspaces)."""
+        dt = np.dtype(dtype)
+        need = offset + tensor_nbytes(dt, shape)
+        self.require(need)
+        raw = self.buffer[offset:need]
+        return raw.view(dt).reshape(tuple(shape))
+
+
+@attrs.frozen(eq=False)
+class NodeMeta:
+    """Everything a kernel may know about a node at plan time.
+
+    :ivar name: node name (generated when the model has none).
+    :ivar op_type, domain: the operator.
+    :ivar opset: the model's opset version for ``domain``.
+    :ivar attrs: attribute values decoded to Python / numpy (subgraphs as ``Graph``).
+    :ivar inputs: one :class:`TensorSpec` per input (``None`` for a missing
+        optional input, or a non-tensor value such as a sequence).
+    :ivar outputs: inferred output specs when known, else ``None`` entries.
+    :ivar input_names, output_names: value names as in the model.
+    """
+
+    name: str
+    op_type: str
+    domain: str
+    opset: int
+    attrs: Mapping[str, Any]
+    inputs: tuple[TensorSpec | None, ...]
+    outputs: tuple[TensorSpec | None, ...] = ()
+    input_names: tuple[str, ...] = ()
+    output_names: tuple[str, ...] = ()
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        """The attribute ``name``, or ``default`` when the node does not set it."""
+        return self.attrs.get(name, default)
+
+
+class ExecutionContext:
+    """What a kernel sees while it runs.
+
+    :ivar node: the :class:`NodeMeta` of the node being run.
+    :ivar stream: the stream to launch on (``None`` on the CPU). Never use an
+        implicit current stream.
+    :ivar provider: the provider name running the node.
+    :ivar run_subgraph: ``run_subgraph(graph, feeds: dict) -> list`` for control
+        flow kernels (If/Loop/Scan); outer-scope values resolve automatically.
+    """
+
+    __slots__ = ("node", "stream", "provider", "run_subgraph", "scope")
+
+    def __init__(self, node: NodeMeta, *, stream: Any = None, provider: str = "",
+                 run_subgraph: Callable[..., list[Any]] | None = None,
+                 scope: Any = None) -> None:
+        self.node = node
+        self.stream = stream
+        self.provider = provider
+        self.run_subgraph = run_subgraph
+        self.scope = scope
+
+
+@runtime_checkable
+class Kernel(Protocol):
+    """The contract every kernel satisfies. No base class is needed.
+
+    Optional methods a kernel may also define:
+
+    - ``supports(meta: NodeMeta) -> Support``: decline a node with a reason.
+    - ``bind(meta: NodeMeta) -> Kernel``: return the per-node object that runs
+      the node (parse attributes once here). Without it the registered object
+      runs every node itself.
+    """
+
+    key: OpKey
+    parity: Parity
+
+    def capture_support(self) -> CaptureSupport:
+        """Whether this node may be recorded in a CUDA graph.
+
+        Called after a warm-up run, so it may depend on the route the last call
+        took. Must tell the truth (see :class:`CaptureSupport`).
+        """
+        ...
+
+    def workspace_requirement(self, meta: NodeMeta) -> WorkspaceRequirement:
+        """Exact scratch bytes for this node at the shapes in ``meta``.
+
+        Called once per shape signature at plan time, before any run. Sized
+        from the route the call will really take; :data:`WorkspaceRequirement.NONE`
+        for a route that needs none. Must not allocate.
+        """
+        ...
+
+    def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
+                               outputs: list[Any], workspace: WorkspaceView | None) -> None:
+        """Run the node.
+
+        :param ctx: the node, provider and stream.
+        :param inputs: one tensor per node input (``None`` for a missing optional input).
+        :param outputs: one slot per node output. A provider that plans output
+            buffers passes them pre-bound; otherwise (the CPU reference) the
+            kernel stores each produced tensor into its slot: ``outputs[i] = y``.
+        :param workspace: the view carved for this node, or ``None`` when the
+            requirement was zero bytes.
+        :raises NodeError: for invalid inputs or attributes, naming what is wrong.
+
+        Must not synchronize the stream, allocate device memory or copy to/from the
+        host unless :meth:`capture_support` says UNSUPPORTED.
+        """
+        ...
+
+
+REQUIRED_KERNEL_METHODS = ("capture_support", "workspace_requirement", "execute_with_workspace")
+
+
+def check_kernel(obj: Any) -> str | None:
+    """Return why ``obj`` breaks the Kernel protocol, or ``None`` when it satisfies it."""
+    key = getattr(obj, "key", None)
+    if not isinstance(key, OpKey):
+        return f"'key' must be an OpKey, got {type(key).__name__}"
+    if not isinstance(getattr(obj, "parity", None), Parity):
+        return f"'parity' must be a Parity, got {type(getattr(obj, 'parity', None)).__name__}"
+    for name in REQUIRED_KERNEL_METHODS:
+        if not callable(getattr(obj, name, None)):
+            return f"missing method {name}()"
+    for name in ("supports", "bind"):
+        if hasattr(obj, name) and not callable(getattr(obj, name)):
+            return f"'{name}' must be callable"
+    if not isinstance(key.since, int) or key.since < 1:
+        return f"OpKey.since must be an int >= 1, got {key.since!r}"
+    return None
+
+
+def _always_available() -> Support:
+    return Support.YES
+
+
+@attrs.frozen
+class Provider:
+    """An execution provider, registered through ``onnx_ep_register_providers``.
+
+    :ivar name: what users write in ``providers=[...]`` (``"cpu_reference"``).
+    :ivar device: ``"cpu"`` for providers whose tensors are numpy arrays,
+        else a device type (``"cuda"``); placement inserts copies between devices.
+    :ivar priority: order among providers when ``providers=None`` (higher first).
+    :ivar is_available: returns :data:`Support.YES` or why the provider cannot run here.
+    :ivar to_host: ``to_host(tensor, stream) -> np.ndarray`` (device providers only).
+    :ivar from_host: ``from_host(array, stream) -> tensor`` (device providers only).
+    :ivar description: one line for ``onnx-ep providers``.
+    """
+
+    name: str
+    device: str = "cpu"
+    priority: int = 0
+    is_available: Callable[[], Support] = _always_available
+    to_host: Callable[[Any, Any], np.ndarray] | None = None
+    from_host: Callable[[np.ndarray, Any], Any] | None = None
+    description: str = ""

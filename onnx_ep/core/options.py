@@ -1,0 +1,112 @@
+"""SessionOptions and RunOptions: frozen configuration values (also read from TOML)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from typing import Any
+
+import attrs
+
+from onnx_ep.errors import OptionsError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _providers(value: Any) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = [value]
+    return tuple(str(v) for v in value)
+
+
+def _positive_or_none(inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and (not isinstance(value, int) or value <= 0):
+        raise OptionsError(f"{attribute.name} must be a positive number of bytes or None, "
+                           f"got {value!r}")
+
+
+def _log_level(inst: Any, attribute: attrs.Attribute[Any], value: str) -> None:
+    if value not in LOG_LEVELS:
+        raise OptionsError(f"log_level must be one of {LOG_LEVELS}, got {value!r}")
+
+
+@attrs.frozen
+class SessionOptions:
+    """How a :class:`Session` is built.
+
+    :ivar providers: provider names in priority order (``None``: best available).
+    :ivar log_level: ``debug``, ``info``, ``warning`` or ``error``.
+    :ivar memory_limit: the memory budget in bytes (``vram_limit`` is an alias);
+        ``None`` uses the device's free memory.
+    :ivar memory_policy: force ``full_resident`` or ``weight_streaming``
+        (else the ``onnx_ep_select_memory_policy`` hook decides; the
+        ``ONNX_EP_MEMORY_POLICY`` environment variable overrides both).
+    :ivar admission: admission strategy name (``strict`` or ``headroom``).
+    :ivar headroom_fraction: the fraction of the budget ``headroom`` keeps free.
+    """
+
+    providers: tuple[str, ...] | None = attrs.field(default=None, converter=_providers)
+    log_level: str = attrs.field(default="warning", validator=_log_level)
+    memory_limit: int | None = attrs.field(default=None, validator=_positive_or_none)
+    memory_policy: str | None = None
+    admission: str | None = None
+    headroom_fraction: float = 0.1
+
+    @classmethod
+    def from_toml(cls, path: str | os.PathLike[str]) -> SessionOptions:
+        """Read options from a TOML file: top-level keys or an ``[onnx_ep]`` table.
+
+        ``vram_limit`` is accepted as an alias of ``memory_limit``.
+
+        :raises OptionsError: for unknown keys or invalid values, naming them.
+        """
+        try:
+            with open(path, "rb") as f:
+                data = tomllib.load(f)
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise OptionsError(f"cannot read options file {os.fspath(path)!r}: {exc}") from exc
+        return cls.from_dict(data.get("onnx_ep", data))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SessionOptions:
+        data = dict(data)
+        if "vram_limit" in data:
+            data.setdefault("memory_limit", data.pop("vram_limit"))
+        known = {a.name for a in attrs.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise OptionsError(f"unknown option(s) {unknown}; known options: {sorted(known)}")
+        return cls(**data)
+
+
+class RunOptions:
+    """Per-run options, like onnxruntime's ``RunOptions``.
+
+    Set :attr:`terminate` (from another thread) to cancel a run between steps;
+    the run raises :exc:`RunCancelled` and releases its reservations.
+    """
+
+    def __init__(self, *, tag: str = "", terminate: bool = False) -> None:
+        self.tag = tag
+        self._terminate = threading.Event()
+        if terminate:
+            self._terminate.set()
+
+    @property
+    def terminate(self) -> bool:
+        return self._terminate.is_set()
+
+    @terminate.setter
+    def terminate(self, value: bool) -> None:
+        if value:
+            self._terminate.set()
+        else:
+            self._terminate.clear()

@@ -1,0 +1,270 @@
+"""Execution plan: step order, value slots, buffer liveness and the workspace plan.
+
+A :class:`Program` is built once per (sub)graph from its placement: every value
+gets an integer slot, every step a precomputed list of input/output slots and
+the slots that die after it, so the executor's loop does no dict lookups.
+An :class:`ExecutionPlan` adds what depends on the input shapes (one per shape
+signature): concrete tensor specs, each kernel's workspace requirement and the
+per-lifetime workspace peaks. See docs/MEMORY.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+import onnx
+
+from onnx_ep.core.graph import Graph
+from onnx_ep.core.kernel import (
+    ExecutionContext,
+    NodeMeta,
+    TensorSpec,
+    WorkspaceLifetime,
+    WorkspaceRequirement,
+)
+from onnx_ep.core.placement import CopyStep, Placement, PlacedNode, node_meta
+from onnx_ep.errors import KernelContractError
+
+#: a step's kind
+KERNEL, COPY = 0, 1
+
+
+@attrs.define(eq=False, slots=True)
+class Step:
+    """One executable step with its slots precomputed."""
+
+    kind: int
+    name: str
+    call: Any                     # kernel.execute_with_workspace, or the copy function
+    ctx: ExecutionContext | None
+    in_slots: tuple[int, ...]     # -1 for a missing optional input
+    out_slots: tuple[int, ...]    # -1 for an unused output
+    frees: tuple[int, ...]        # slots whose value is dead after this step
+    placed: PlacedNode | None = None
+    copy: CopyStep | None = None
+    #: slots of the outer-scope values its subgraphs read (control flow nodes)
+    scope_slots: tuple[tuple[str, int], ...] = ()
+
+
+@attrs.define(eq=False)
+class Program:
+    """Shape-independent executable form of one (sub)graph."""
+
+    graph: Graph
+    placement: Placement
+    steps: list[Step]
+    n_slots: int
+    slot_of: dict[str, int]
+    input_slots: list[int]            # graph inputs, in order
+    outer_slots: list[int]            # subgraph outer-scope values, in graph.outer_names order
+    output_slots: list[int]
+    constants: list[tuple[int, Any]]  # initializer slots and values
+
+
+def build_program(graph: Graph, placement: Placement) -> Program:
+    """Number every value, precompute each step's slots and liveness."""
+    slot_of: dict[str, int] = {}
+
+    def slot(name: str) -> int:
+        if not name:
+            return -1
+        s = slot_of.get(name)
+        if s is None:
+            s = slot_of[name] = len(slot_of)
+        return s
+
+    input_slots = [slot(v.name) for v in graph.inputs]
+    outer_slots = [slot(n) for n in graph.outer_names]
+    constants = [(slot(k), v) for k, v in graph.initializers.items()]
+    raw_steps: list[tuple[Any, tuple[int, ...], tuple[int, ...]]] = []
+    for s in placement.steps:
+        if isinstance(s, CopyStep):
+            raw_steps.append((s, (slot(s.src),), (slot(s.dst),)))
+        else:
+            ins = tuple(slot(n) for n in s.inputs)
+            implicit = tuple(slot(n) for n in s.node.implicit_inputs)
+            outs = tuple(slot(n) for n in s.node.outputs)
+            raw_steps.append((s, ins + implicit, outs))
+    output_slots = [slot(v.name) for v in graph.outputs]
+
+    # liveness: a value dies after its last reader, unless it must survive the run
+    keep = set(output_slots) | set(input_slots) | set(outer_slots) | {c for c, _ in constants}
+    last_use: dict[int, int] = {}
+    for i, (_, ins, outs) in enumerate(raw_steps):
+        for x in ins:
+            if x >= 0:
+                last_use[x] = i
+        for x in outs:
+            if x >= 0 and x not in last_use:
+                last_use[x] = i   # produced and never read: dies immediately
+    frees_at: list[list[int]] = [[] for _ in raw_steps]
+    for x, i in last_use.items():
+        if x not in keep:
+            frees_at[i].append(x)
+
+    steps: list[Step] = []
+    for i, (s, ins, outs) in enumerate(raw_steps):
+        if isinstance(s, CopyStep):
+            steps.append(Step(COPY, f"copy:{s.src}->{s.dst_device}", _copy_fn(s), None,
+                              ins, outs, tuple(frees_at[i]), copy=s))
+            continue
+        n_explicit = len(s.inputs)
+        ctx = ExecutionContext(s.meta, provider=s.provider)
+        scope = tuple((n, slot_of[n]) for n in s.node.implicit_inputs)
+        steps.append(Step(KERNEL, s.node.name, s.kernel.execute_with_workspace, ctx,
+                          ins[:n_explicit], outs, tuple(frees_at[i]), placed=s,
+                          scope_slots=scope))
+    return Program(graph, placement, steps, len(slot_of), slot_of, input_slots,
+                   outer_slots, output_slots, constants)
+
+
+def _copy_fn(c: CopyStep) -> Any:
+    if c.dst_device == "cpu":
+        to_host = c.provider.to_host
+        if to_host is None:
+            raise KernelContractError(f"provider {c.provider.name!r} on device "
+                                      f"{c.src_device!r} has no to_host()")
+        return to_host
+    from_host = c.provider.from_host
+    if from_host is None:
+        raise KernelContractError(f"provider {c.provider.name!r} on device "
+                                  f"{c.dst_device!r} has no from_host()")
+    return from_host
+
+
+# ---------------------------------------------------------------- per signature
+
+
+@attrs.frozen
+class WorkspacePlan:
+    """Per-node workspace requirements at one shape signature and the peak per lifetime."""
+
+    per_step: tuple[WorkspaceRequirement, ...]   # aligned with Program.steps
+    step_peak: int
+    session_peak: int
+
+    @property
+    def total(self) -> int:
+        return self.step_peak + self.session_peak
+
+
+@attrs.define(eq=False)
+class ExecutionPlan:
+    """Everything shape-dependent for one shape signature."""
+
+    signature: tuple[Any, ...]
+    program: Program
+    specs: dict[str, TensorSpec | None]
+    metas: list[NodeMeta | None]            # aligned with steps; None for copies
+    workspace: WorkspacePlan
+    #: bytes of every activation whose shape is known (the naive no-reuse sum)
+    activation_bytes: int
+    #: peak of simultaneously live activation bytes (the arena's lower bound)
+    live_peak_bytes: int
+
+
+def infer_specs(light_model: onnx.ModelProto | None, graph: Graph,
+                input_specs: Sequence[TensorSpec]) -> dict[str, TensorSpec | None]:
+    """Concrete specs of every value at these input shapes, via onnx shape inference."""
+    specs: dict[str, TensorSpec | None] = {
+        v.name: s for v, s in zip(graph.inputs, input_specs)}
+    for k, arr in graph.initializers.items():
+        specs[k] = TensorSpec(arr.dtype, arr.shape)
+    if light_model is None:
+        return specs
+    m = onnx.ModelProto()
+    m.CopyFrom(light_model)
+    by_name = {v.name: s for v, s in zip(graph.inputs, input_specs)}
+    for vi in m.graph.input:
+        s = by_name.get(vi.name)
+        if s is None or vi.type.WhichOneof("value") != "tensor_type":
+            continue
+        shape = vi.type.tensor_type.shape
+        del shape.dim[:]
+        for d in s.shape:
+            shape.dim.add().dim_value = int(d)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(m, strict_mode=False, data_prop=True)
+    except Exception:
+        return specs
+    from onnx_ep.core.graph import value_from_type
+    for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
+        v = value_from_type(vi.name, vi.type)
+        if v.spec is not None and vi.name not in specs:
+            specs[vi.name] = v.spec
+    return specs
+
+
+def light_model_for_inference(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` whose large initializers became typed graph inputs.
+
+    Shape inference needs only their types and shapes; small integer
+    initializers (shape constants for Reshape, Expand, ...) are kept as data.
+    """
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    del m.graph.initializer[:]
+    existing = {vi.name for vi in m.graph.input}
+    for t in model.graph.initializer:
+        small_int = t.data_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32) and \
+            int(np.prod(t.dims)) <= 64
+        if small_int:
+            m.graph.initializer.append(t)
+        elif t.name not in existing:
+            m.graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, t.dims))
+    return m
+
+
+def plan_signature(program: Program, signature: tuple[Any, ...],
+                   specs: dict[str, TensorSpec | None]) -> ExecutionPlan:
+    """Ask every kernel its workspace at these shapes; compute peaks and activation sizes."""
+    graph = program.graph
+    per_step: list[WorkspaceRequirement] = []
+    metas: list[NodeMeta | None] = []
+    step_peak = session_peak = 0
+    for st in program.steps:
+        if st.placed is None:
+            per_step.append(WorkspaceRequirement.NONE)
+            metas.append(None)
+            continue
+        meta = node_meta(st.placed.node, graph, specs)
+        metas.append(meta)
+        req = st.placed.kernel.workspace_requirement(meta)
+        if not isinstance(req, WorkspaceRequirement):
+            raise KernelContractError(
+                f"{st.placed.kernel!r}.workspace_requirement() returned "
+                f"{type(req).__name__}, expected WorkspaceRequirement")
+        per_step.append(req)
+        if req.lifetime is WorkspaceLifetime.SESSION_PERSISTENT:
+            session_peak = max(session_peak, req.nbytes)
+        else:
+            step_peak = max(step_peak, req.nbytes)
+    act, peak = _activation_bytes(program, specs)
+    return ExecutionPlan(signature, program, specs, metas,
+                         WorkspacePlan(tuple(per_step), step_peak, session_peak), act, peak)
+
+
+def _activation_bytes(program: Program, specs: dict[str, TensorSpec | None]) -> tuple[int, int]:
+    name_of = {s: n for n, s in program.slot_of.items()}
+    const = {c for c, _ in program.constants}
+
+    def size(slot: int) -> int:
+        spec = specs.get(name_of.get(slot, ""))
+        if spec is None or not spec.is_static or slot in const:
+            return 0
+        return spec.nbytes
+
+    total = live = peak = 0
+    for st in program.steps:
+        for s in st.out_slots:
+            if s >= 0:
+                b = size(s)
+                total += b
+                live += b
+        peak = max(peak, live)
+        for s in st.frees:
+            live -= size(s)
+    return total, peak

@@ -1,0 +1,149 @@
+"""Kernel lookup by (domain, op_type, opset, provider, dtypes).
+
+The registry is filled by the ``onnx_ep_register_providers`` and
+``onnx_ep_register_kernels`` hooks (see ``plugins/manager.py``); every entry
+records the plugin that registered it, so errors can name it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import attrs
+
+from onnx_ep.core.kernel import Kernel, NodeMeta, Provider, Support, check_kernel
+from onnx_ep.errors import KernelConflictError, KernelContractError, NoKernelError, PluginError
+
+
+@attrs.frozen
+class KernelEntry:
+    """One registered kernel and who registered it."""
+
+    kernel: Any
+    provider: str
+    plugin: str
+
+    @property
+    def since(self) -> int:
+        return int(self.kernel.key.since)
+
+
+@attrs.frozen
+class Selection:
+    """The result of a lookup: which provider's kernel runs a node."""
+
+    provider: str
+    kernel: Any
+    entry: KernelEntry
+
+
+class KernelRegistry:
+    """Providers and their kernels. Filled once per plugin manager; read-only afterwards."""
+
+    def __init__(self) -> None:
+        self.providers: dict[str, Provider] = {}
+        self._provider_plugin: dict[str, str] = {}
+        # (provider, domain, op_type) -> entries sorted by since, newest first
+        self._kernels: dict[tuple[str, str, str], list[KernelEntry]] = {}
+
+    # ------------------------------------------------------------ registration
+    def add_provider(self, provider: Provider, *, plugin: str) -> None:
+        if not isinstance(provider, Provider):
+            raise PluginError(f"register() expects an onnx_ep.Provider, got "
+                              f"{type(provider).__name__}", plugin=plugin)
+        if provider.name in self.providers:
+            raise PluginError(f"provider {provider.name!r} is already registered by plugin "
+                              f"{self._provider_plugin[provider.name]!r}", plugin=plugin)
+        self.providers[provider.name] = provider
+        self._provider_plugin[provider.name] = plugin
+
+    def validate_kernel(self, kernel: Any, provider: str, *, plugin: str) -> KernelEntry:
+        """Check ``kernel`` against the protocol and for conflicts; raise naming the plugin."""
+        why = check_kernel(kernel)
+        if why is not None:
+            raise KernelContractError(f"kernel {kernel!r} breaks the Kernel protocol: {why}",
+                                      plugin=plugin)
+        if provider not in self.providers:
+            known = ", ".join(sorted(self.providers)) or "none"
+            raise PluginError(f"kernel {kernel.key} registered for unknown provider "
+                              f"{provider!r} (registered providers: {known}); register the "
+                              f"provider in onnx_ep_register_providers first", plugin=plugin)
+        for other in self._kernels.get((provider, kernel.key.domain, kernel.key.op_type), ()):
+            if other.since == kernel.key.since:
+                raise KernelConflictError(
+                    f"a kernel for {kernel.key} (since opset {kernel.key.since}) on provider "
+                    f"{provider!r} is already registered by plugin {other.plugin!r}",
+                    plugin=plugin)
+        return KernelEntry(kernel, provider, plugin)
+
+    def add_entries(self, entries: Iterable[KernelEntry]) -> None:
+        """Commit validated entries (all of one plugin's registrations at once)."""
+        for e in entries:
+            k = e.kernel.key
+            bucket = self._kernels.setdefault((e.provider, k.domain, k.op_type), [])
+            bucket.append(e)
+            bucket.sort(key=lambda x: -x.since)
+
+    # ------------------------------------------------------------ lookup
+    def kernel_for(self, provider: str, domain: str, op_type: str,
+                   opset: int) -> KernelEntry | None:
+        """The newest kernel with ``since <= opset``, or None."""
+        for e in self._kernels.get((provider, domain, op_type), ()):
+            if e.since <= opset:
+                return e
+        return None
+
+    def select(self, meta: NodeMeta, providers: Sequence[str]) -> Selection:
+        """Pick the first provider (in priority order) whose kernel supports ``meta``.
+
+        :raises NoKernelError: listing every provider tried and why it declined.
+        """
+        tried: dict[str, str] = {}
+        for p in providers:
+            entry = self.kernel_for(p, meta.domain, meta.op_type, meta.opset)
+            if entry is None:
+                older = self._kernels.get((p, meta.domain, meta.op_type))
+                tried[p] = (f"kernels only from opset {older[-1].since}" if older
+                            else "no kernel")
+                continue
+            supports = getattr(entry.kernel, "supports", None)
+            verdict = supports(meta) if supports is not None else Support.YES
+            if not isinstance(verdict, Support):
+                raise KernelContractError(
+                    f"{entry.kernel!r}.supports() returned {type(verdict).__name__}, "
+                    f"expected onnx_ep.Support", plugin=entry.plugin)
+            if verdict:
+                return Selection(p, entry.kernel, entry)
+            tried[p] = f"rejected: {verdict.reason}"
+        op = f"{meta.domain or 'ai.onnx'}::{meta.op_type}"
+        raise NoKernelError(node=meta.name, op=op, opset=meta.opset, tried=tried)
+
+    # ------------------------------------------------------------ introspection
+    def entries(self, provider: str | None = None) -> Iterator[KernelEntry]:
+        for (p, _, _), bucket in sorted(self._kernels.items()):
+            if provider is None or p == provider:
+                yield from bucket
+
+    def kernel_counts(self) -> dict[str, int]:
+        counts = {p: 0 for p in self.providers}
+        for e in self.entries():
+            counts[e.provider] = counts.get(e.provider, 0) + 1
+        return counts
+
+    def provider_plugin(self, name: str) -> str:
+        return self._provider_plugin[name]
+
+    def available(self) -> list[str]:
+        """Names of providers that can run here, highest priority first."""
+        ok = [p for p in self.providers.values() if p.is_available()]
+        return [p.name for p in sorted(ok, key=lambda p: -p.priority)]
+
+
+def bind_kernel(kernel: Kernel, meta: NodeMeta) -> Kernel:
+    """The object that runs one node: ``kernel.bind(meta)`` when defined, else the kernel."""
+    bind = getattr(kernel, "bind", None)
+    if bind is None:
+        return kernel
+    bound = bind(meta)
+    return bound if bound is not None else kernel

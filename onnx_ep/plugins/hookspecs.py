@@ -1,0 +1,109 @@
+"""Every onnx-ep hook, documented: the plugin author's one page (with ``core/kernel.py``).
+
+A plugin is any object or module with functions decorated ``@onnx_ep.hookimpl``
+and named after a hook below. Packages expose plugins through the entry-point
+group ``onnx_ep``; tests pass them in-process with ``Session(..., plugins=[obj])``.
+Built-in providers and policies use these same hooks. See docs/PLUGINS.md.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+import pluggy
+
+if TYPE_CHECKING:
+    from onnx_ep.core.kernel import Kernel, Provider
+
+PROJECT_NAME = "onnx_ep"
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+class RegisterProvider(Protocol):
+    def __call__(self, provider: Provider) -> None: ...
+
+
+class RegisterKernel(Protocol):
+    def __call__(self, kernel: Kernel, *, provider: str) -> None: ...
+
+
+# ---------------------------------------------------------------- registration
+
+@hookspec
+def onnx_ep_register_providers(register: RegisterProvider) -> None:
+    """Offer execution providers.
+
+    Called once per plugin manager, before kernels are registered. Call
+    ``register(Provider(name=..., device=..., is_available=...))`` for each
+    provider. Registering a name twice raises :exc:`PluginError`.
+
+    :param register: callback that validates and records one provider.
+    """
+
+
+@hookspec
+def onnx_ep_register_kernels(register: RegisterKernel) -> None:
+    """Offer kernel implementations to the registry.
+
+    Called once per plugin manager, after providers are registered and before
+    any Session plans a graph. Call ``register(kernel, provider="cpu_reference")``
+    for each kernel (an object satisfying :class:`onnx_ep.Kernel`). A kernel
+    that breaks the protocol raises :exc:`KernelContractError`; a second kernel
+    for the same OpKey and provider raises :exc:`KernelConflictError`. If this
+    hook raises, none of this plugin's kernels are kept and other plugins'
+    registrations are untouched; the error surfaces as :exc:`PluginError`
+    naming the plugin.
+
+    :param register: callback that validates and records one kernel.
+    """
+
+
+# ---------------------------------------------------------------- selection
+
+@hookspec(firstresult=True)
+def onnx_ep_select_memory_policy(model_bytes: int, planned_peak: int, budget: int,
+                                 options: Any) -> Any:
+    """Choose the memory policy for a session at load time.
+
+    Stops at first non-None result. Built-ins (``full_resident``,
+    ``weight_streaming``) are registered ``trylast``, so any plugin answering
+    first wins.
+
+    :param model_bytes: bytes of all weights (initializers).
+    :param planned_peak: bytes of activations and workspace at the first plan.
+    :param budget: the memory authority's budget in bytes.
+    :param options: the session's :class:`SessionOptions`.
+    :returns: a memory policy object, or ``None`` to let the next plugin decide.
+    """
+
+
+@hookspec(firstresult=True)
+def onnx_ep_select_admission_strategy(options: Any) -> Any:
+    """Choose the admission strategy for a session.
+
+    Stops at first non-None result. Built-ins ``strict`` and ``headroom`` are
+    ``trylast``.
+
+    :param options: the session's :class:`SessionOptions`.
+    :returns: an object with ``admit(request, ledger) -> AdmissionDecision``, or ``None``.
+    """
+
+
+# ---------------------------------------------------------------- observation
+
+@hookspec
+def onnx_ep_session_created(session: Any) -> None:
+    """Observe a new session, after placement of its graph.
+
+    Must not raise; an exception is turned into an :class:`OnnxEpWarning`.
+    """
+
+
+@hookspec
+def onnx_ep_run_finished(session: Any, stats: dict[str, Any]) -> None:
+    """Observe the end of a successful ``Session.run``.
+
+    :param stats: ``{"seconds": float, "planned": bool, "signature": tuple}``.
+    Must not raise; an exception is turned into an :class:`OnnxEpWarning`.
+    """

@@ -1,0 +1,108 @@
+"""Base classes for cpu_reference kernels: numpy bodies behind the Kernel protocol.
+
+A cpu_reference kernel only writes :meth:`CpuKernel.run`: it receives numpy
+arrays (``None`` for missing optional inputs) and returns one array or a tuple
+of arrays, one per node output. The base class supplies the protocol methods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from onnx_ep.core.kernel import (
+    CaptureSupport,
+    ExecutionContext,
+    NodeMeta,
+    OpKey,
+    Parity,
+    Support,
+    WorkspaceRequirement,
+    WorkspaceView,
+)
+from onnx_ep.errors import NodeError
+
+_HOST_ONLY = CaptureSupport.unsupported("cpu_reference runs numpy on the host")
+
+
+class CpuKernel:
+    """A numpy kernel. Subclasses set ``key`` (or pass ``op_type``) and override :meth:`run`.
+
+    :param op_type: operator name; alternatively set ``key`` as a class attribute.
+    :param since: first opset this kernel implements.
+    :param domain: operator domain (``""`` is ai.onnx).
+    :param parity: the promise other providers are held to *by* this kernel; the
+        reference itself is the oracle, so this documents how values are computed.
+    :param dtypes: if given, the input-0 dtypes this kernel accepts.
+    """
+
+    key: OpKey
+    parity: Parity = Parity.EXACT
+    dtypes: frozenset[np.dtype] | None = None
+
+    def __init__(self, op_type: str | None = None, *, since: int = 1, domain: str = "",
+                 parity: Parity | None = None,
+                 dtypes: Sequence[Any] | None = None) -> None:
+        if op_type is not None:
+            self.key = OpKey(domain, op_type, since)
+        if parity is not None:
+            self.parity = parity
+        if dtypes is not None:
+            self.dtypes = frozenset(np.dtype(d) for d in dtypes)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.key})"
+
+    # -- protocol -----------------------------------------------------------------
+    def supports(self, meta: NodeMeta) -> Support:
+        if self.dtypes is not None and meta.inputs and meta.inputs[0] is not None:
+            if meta.inputs[0].dtype not in self.dtypes:
+                names = ", ".join(sorted(str(d) for d in self.dtypes))
+                return Support.no(f"dtype {meta.inputs[0].dtype} not in ({names})")
+        return Support.YES
+
+    def capture_support(self) -> CaptureSupport:
+        return _HOST_ONLY
+
+    def workspace_requirement(self, meta: NodeMeta) -> WorkspaceRequirement:
+        return WorkspaceRequirement.NONE
+
+    def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
+                               outputs: list[Any], workspace: WorkspaceView | None) -> None:
+        result = self.run(ctx, *inputs)
+        if isinstance(result, tuple):
+            outputs[: len(result)] = result
+        else:
+            outputs[0] = result
+
+    # -- to override --------------------------------------------------------------
+    def run(self, ctx: ExecutionContext, *inputs: Any) -> Any:
+        """Compute the node's outputs from numpy inputs. Override this."""
+        raise NotImplementedError(f"{type(self).__name__}.run")
+
+    # -- helpers for subclasses ---------------------------------------------------
+    @staticmethod
+    def fail(ctx: ExecutionContext, message: str) -> NodeError:
+        """Build a :exc:`NodeError` naming the node; ``raise self.fail(ctx, "...")``."""
+        return NodeError(message, node=ctx.node.name, op_type=ctx.node.op_type)
+
+
+class FnKernel(CpuKernel):
+    """A table-row kernel: ``run`` calls ``fn(ctx, *inputs)``. Used by op families."""
+
+    def __init__(self, op_type: str, fn: Callable[..., Any], **kw: Any) -> None:
+        super().__init__(op_type, **kw)
+        self.fn = fn
+
+    def run(self, ctx: ExecutionContext, *inputs: Any) -> Any:
+        return self.fn(ctx, *inputs)
+
+
+def normalize_axis(ctx: ExecutionContext, axis: int, rank: int) -> int:
+    """Map a possibly negative axis into ``[0, rank)`` or raise a NodeError naming the node."""
+    if not -rank <= axis < max(rank, 1):
+        raise CpuKernel.fail(ctx, f"axis {axis} is out of range for rank {rank} "
+                                  f"(expected {-rank} <= axis < {rank})")
+    return axis + rank if axis < 0 else axis

@@ -1,0 +1,71 @@
+"""Build one-node models and run them on onnx-ep and on onnxruntime CPU (the outside oracle)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from onnx_ep.core.dtypes import onnx_elem_type
+
+#: onnxruntime 1.31 reads IR <= 13 and opset <= 26; stamp oracle models well inside that.
+ORACLE_IR_VERSION = 10
+ORACLE_OPSET = 21
+
+
+def node_model(op_type: str, inputs: Mapping[str, np.ndarray], n_outputs: int = 1, *,
+               opset: int = ORACLE_OPSET, domain: str = "", output_names: Sequence[str] = (),
+               initializers: Mapping[str, np.ndarray] | None = None,
+               **attrs: Any) -> onnx.ModelProto:
+    """A model with one ``op_type`` node. Inputs named ``""`` are missing optionals."""
+    out_names = list(output_names) or [f"y{i}" for i in range(n_outputs)]
+    node = helper.make_node(op_type, list(inputs), out_names, domain=domain, **attrs)
+    inits = initializers or {}
+    graph_inputs = [helper.make_tensor_value_info(k, onnx_elem_type(v.dtype), v.shape)
+                    for k, v in inputs.items() if k and k not in inits]
+    graph = helper.make_graph(
+        [node], f"{op_type}_test", graph_inputs,
+        [helper.make_empty_tensor_value_info(n) for n in out_names],
+        initializer=[onnx.numpy_helper.from_array(v, k) for k, v in inits.items()])
+    imports = [helper.make_opsetid("", opset)]
+    if domain:
+        imports.append(helper.make_opsetid(domain, 1))
+    return helper.make_model(graph, opset_imports=imports, ir_version=ORACLE_IR_VERSION)
+
+
+def run_ort(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """Outputs of onnxruntime CPU (graph optimizations off, so numerics are per node)."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return sess.run(None, dict(feeds))
+
+
+def run_ours(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
+             providers: Sequence[str] = ("cpu_reference",)) -> list[np.ndarray]:
+    import onnx_ep
+
+    return onnx_ep.Session(model, providers=list(providers)).run(None, dict(feeds))
+
+
+def assert_matches_ort(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], *,
+                       rtol: float = 0.0, atol: float = 0.0) -> list[np.ndarray]:
+    """Run both and compare: dtype and shape exactly, values within rtol/atol (0 = bytes)."""
+    ours = run_ours(model, feeds)
+    ref = run_ort(model, feeds)
+    assert len(ours) == len(ref)
+    for i, (a, b) in enumerate(zip(ours, ref)):
+        a, b = np.asarray(a), np.asarray(b)
+        assert a.dtype == b.dtype, f"output {i}: dtype {a.dtype} != onnxruntime {b.dtype}"
+        assert a.shape == b.shape, f"output {i}: shape {a.shape} != onnxruntime {b.shape}"
+        if rtol == 0 and atol == 0 and a.dtype != object:
+            np.testing.assert_array_equal(a, b, err_msg=f"output {i}")
+        else:
+            np.testing.assert_allclose(a, b, rtol=rtol, atol=atol, err_msg=f"output {i}",
+                                       equal_nan=True)
+    return ours
