@@ -16,6 +16,9 @@ NAME = "cpu_reference"
 
 #: op-family modules of this package; each defines ``KERNELS: list[CpuKernel]``.
 MODULES: tuple[str, ...] = (
+    "gemm",
+    "normalization",
+    "reduce",
 )
 
 PROVIDER = Provider(name=NAME, device="cpu", priority=0,

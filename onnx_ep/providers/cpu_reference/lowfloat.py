@@ -1,0 +1,43 @@
+"""Upcast-and-round-once helpers for narrow float types (float16, bfloat16, float8).
+
+Reductions, normalizations and matmul-like kernels accumulate narrow floats in
+float32 and round once to the output type; float32 and float64 compute in
+their own type. numpy ufuncs do not all support ml_dtypes types, which is a
+second reason to compute through these helpers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def is_float(dtype: np.dtype) -> bool:
+    """True for every floating type, ml_dtypes ones (bfloat16, float8) included."""
+    dt = np.dtype(dtype)
+    return dt.kind == "f" or (dt.kind == "V" and "float" in dt.name)
+
+
+def compute_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype to accumulate ``dtype`` in: float32 for narrow floats, else ``dtype``."""
+    dt = np.dtype(dtype)
+    if is_float(dt) and dt.itemsize < 4:
+        return np.dtype(np.float32)
+    return dt
+
+
+def upcast(x: np.ndarray) -> np.ndarray:
+    """``x`` in its :func:`compute_dtype` (no copy when already there)."""
+    return np.asarray(x).astype(compute_dtype(x.dtype), copy=False)
+
+
+def float_compute(x: np.ndarray) -> np.ndarray:
+    """``x`` as a float array: narrow floats to float32, integers to float64."""
+    x = np.asarray(x)
+    if is_float(x.dtype):
+        return upcast(x)
+    return x.astype(np.float64)
+
+
+def round_to(y: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Round ``y`` once to ``dtype`` and make sure the result is an ndarray, not a scalar."""
+    return np.asarray(np.asarray(y).astype(dtype, copy=False))

@@ -1,0 +1,329 @@
+"""Softmax family and normalizations: Softmax, LogSoftmax, Hardmax, LayerNormalization,
+BatchNormalization, InstanceNormalization, GroupNormalization, RMSNormalization,
+LpNormalization, MeanVarianceNormalization, LRN, Dropout.
+
+Numerics: Softmax, LogSoftmax and LRN (exp, log, pow) are computed in float64 and
+rounded once to the output type. Statistics-based normalizations accumulate
+float16/bfloat16 in float32 (or in ``stash_type`` where the op has one) and round
+once; float32/float64 compute in their own type. Sums reorder additions, so all
+but Hardmax and inference Dropout (exact) are promised to a tolerance.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from onnx_ep.core.dtypes import np_dtype
+from onnx_ep.core.kernel import ExecutionContext, Parity
+from onnx_ep.providers.cpu_reference.base import CpuKernel, normalize_axis
+from onnx_ep.providers.cpu_reference.lowfloat import float_compute, round_to
+
+#: float64 transcendental math rounded once; reductions reorder additions.
+SOFTMAX_PARITY = Parity.tolerance(rtol=1e-6, atol=1e-7)
+#: mean/variance statistics accumulated in float32 for float32 and narrower inputs.
+NORM_PARITY = Parity.tolerance(rtol=1e-4, atol=1e-5)
+
+
+# ---------------------------------------------------------------- softmax family
+
+def _softmax_view(ctx: ExecutionContext, x: np.ndarray) -> tuple[np.ndarray, int]:
+    """``x`` as float64 arranged so the op reduces over one axis, and that axis.
+
+    Before opset 13 the op flattens ``x`` to 2-D at ``axis`` (default 1) and
+    normalizes each row; from 13 on it normalizes along the single ``axis`` (default -1).
+    """
+    x64 = np.asarray(x).astype(np.float64)
+    if ctx.node.opset < 13:
+        axis = normalize_axis(ctx, ctx.node.attr("axis", 1), max(x.ndim, 1))
+        rows = int(np.prod(x.shape[:axis], dtype=np.int64))
+        return x64.reshape(rows, -1), 1
+    return x64, normalize_axis(ctx, ctx.node.attr("axis", -1), x.ndim)
+
+
+class Softmax(CpuKernel):
+    """Softmax and LogSoftmax (``log=True``) with the max subtracted for stability."""
+
+    parity = SOFTMAX_PARITY
+
+    def __init__(self, op_type: str, *, log: bool) -> None:
+        super().__init__(op_type, since=1)
+        self.log = log
+
+    def run(self, ctx: ExecutionContext, x: np.ndarray) -> np.ndarray:
+        if x.size == 0:
+            return x.copy()
+        v, axis = _softmax_view(ctx, x)
+        m = np.max(v, axis=axis, keepdims=True)
+        shifted = v - np.where(np.isfinite(m), m, 0.0)
+        e = np.exp(shifted)
+        s = np.sum(e, axis=axis, keepdims=True)
+        with np.errstate(divide="ignore"):
+            y = shifted - np.log(s) if self.log else e / s
+        return round_to(y.reshape(x.shape), x.dtype)
+
+
+class Hardmax(CpuKernel):
+    """1 at the first maximum along the axis, 0 elsewhere (exact)."""
+
+    def run(self, ctx: ExecutionContext, x: np.ndarray) -> np.ndarray:
+        if x.size == 0:
+            return x.copy()
+        v, axis = _softmax_view(ctx, x)
+        idx = np.expand_dims(np.argmax(v, axis=axis), axis)
+        y = np.zeros(v.shape, dtype=x.dtype)
+        np.put_along_axis(y, idx, np.ones((), dtype=x.dtype), axis=axis)
+        return y.reshape(x.shape)
+
+
+# ---------------------------------------------------------------- statistics-based
+
+def _stash_dtype(ctx: ExecutionContext, x: np.ndarray) -> np.dtype:
+    """The accumulation dtype: ``stash_type`` (default float) or at least float32."""
+    stash = np_dtype(int(ctx.node.attr("stash_type", 1)))
+    work = float_compute(x).dtype
+    return stash if stash.itemsize >= work.itemsize else work
+
+
+def _trailing_axes(ctx: ExecutionContext, x: np.ndarray) -> tuple[int, ...]:
+    axis = normalize_axis(ctx, ctx.node.attr("axis", -1), x.ndim)
+    return tuple(range(axis, x.ndim))
+
+
+class LayerNormalization(CpuKernel):
+    """Y = (X - mean) * InvStdDev * Scale + B over axes [axis, rank); Mean and InvStdDev
+    are returned in the stash type with the reduced axes kept as 1."""
+
+    parity = NORM_PARITY
+
+    def run(self, ctx: ExecutionContext, x: np.ndarray, scale: np.ndarray,
+            bias: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+        axes = _trailing_axes(ctx, x)
+        eps = ctx.node.attr("epsilon", 1e-5)
+        dt = _stash_dtype(ctx, x)
+        v = x.astype(dt)
+        mean = np.mean(v, axis=axes, keepdims=True)
+        diff = v - mean
+        var = np.mean(diff * diff, axis=axes, keepdims=True)
+        inv_std = (1.0 / np.sqrt(var + dt.type(eps))).astype(dt)
+        y = diff * inv_std * scale.astype(dt)
+        if bias is not None:
+            y = y + bias.astype(dt)
+        return round_to(y, x.dtype), round_to(mean, dt), round_to(inv_std, dt)
+
+
+class RMSNormalization(CpuKernel):
+    """Y = X / sqrt(mean(X^2) + epsilon) * Scale over axes [axis, rank)."""
+
+    parity = NORM_PARITY
+
+    def run(self, ctx: ExecutionContext, x: np.ndarray, scale: np.ndarray) -> np.ndarray:
+        axes = _trailing_axes(ctx, x)
+        eps = ctx.node.attr("epsilon", 1e-5)
+        dt = _stash_dtype(ctx, x)
+        v = x.astype(dt)
+        ms = np.mean(v * v, axis=axes, keepdims=True)
+        y = v * (1.0 / np.sqrt(ms + dt.type(eps))).astype(dt) * scale.astype(dt)
+        return round_to(y, x.dtype)
+
+
+def _channel_shape(x: np.ndarray) -> tuple[int, ...]:
+    """Shape that broadcasts a per-channel vector against an N, C, ... tensor."""
+    return (-1,) + (1,) * (x.ndim - 2)
+
+
+class BatchNormalization(CpuKernel):
+    """Inference: per-channel affine with the running statistics. Training
+    (``training_mode=1``, opset 14+) also returns the updated running mean and variance."""
+
+    parity = NORM_PARITY
+
+    def run(self, ctx: ExecutionContext, x: np.ndarray, scale: np.ndarray, bias: np.ndarray,
+            mean: np.ndarray, var: np.ndarray) -> Any:
+        if x.ndim < 2:
+            raise self.fail(ctx, f"X must have rank >= 2 (N, C, ...), got shape {x.shape}")
+        eps = ctx.node.attr("epsilon", 1e-5)
+        n_out = len(ctx.node.output_names)
+        training = bool(ctx.node.attr("training_mode", 0)) if ctx.node.opset >= 14 else False
+        if ctx.node.opset < 14 and n_out > 1:
+            raise self.fail(ctx, "training outputs of BatchNormalization before opset 14 "
+                                 "are not supported; use opset 14+ with training_mode=1")
+        v = float_compute(x)
+        dt = v.dtype
+        cs = _channel_shape(x)
+        if training:
+            axes = (0,) + tuple(range(2, x.ndim))
+            use_mean = np.mean(v, axis=axes)
+            use_var = np.mean((v - use_mean.reshape(cs)) ** 2, axis=axes)
+        else:
+            use_mean, use_var = mean.astype(dt), var.astype(dt)
+        y = ((v - use_mean.reshape(cs)) / np.sqrt(use_var.reshape(cs) + dt.type(eps))
+             * scale.astype(dt).reshape(cs) + bias.astype(dt).reshape(cs))
+        y = round_to(y, x.dtype)
+        if not training:
+            return y if n_out == 1 else (y,) + (None,) * (n_out - 1)
+        mom = dt.type(ctx.node.attr("momentum", 0.9))
+        run_mean = mean.astype(dt) * mom + use_mean * (1 - mom)
+        run_var = var.astype(dt) * mom + use_var * (1 - mom)
+        outs = (y, round_to(run_mean, mean.dtype), round_to(run_var, var.dtype))
+        return outs[:n_out]
+
+
+class InstanceNormalization(CpuKernel):
+    """Per (N, C) normalization over the spatial axes, then a per-channel affine."""
+
+    parity = NORM_PARITY
+
+    def run(self, ctx: ExecutionContext, x: np.ndarray, scale: np.ndarray,
+            bias: np.ndarray) -> np.ndarray:
+        if x.ndim < 3:
+            raise self.fail(ctx, f"X must have rank >= 3 (N, C, D1, ...), got {x.shape}")
+        eps = ctx.node.attr("epsilon", 1e-5)
+        v = float_compute(x)
+        dt = v.dtype
+        axes = tuple(range(2, x.ndim))
+        mean = np.mean(v, axis=axes, keepdims=True)
+        var = np.mean((v - mean) ** 2, axis=axes, keepdims=True)
+        cs = _channel_shape(x)
+        y = ((v - mean) / np.sqrt(var + dt.type(eps)) * scale.astype(dt).reshape(cs)
+             + bias.astype(dt).reshape(cs))
+        return round_to(y, x.dtype)
+
+
+class GroupNormalization(CpuKernel):
+    """Normalize each of ``num_groups`` channel groups; scale/bias are per group
+    before opset 21 and per channel from 21 on."""
+
+    parity = NORM_PARITY
+
+    def run(self, ctx: ExecutionContext, x: np.ndarray, scale: np.ndarray,
+            bias: np.ndarray) -> np.ndarray:
+        groups = ctx.node.attr("num_groups", None)
+        if groups is None or groups <= 0 or x.ndim < 2 or x.shape[1] % groups:
+            raise self.fail(ctx, f"num_groups={groups} must be > 0 and divide the channel "
+                                 f"count of X (shape {x.shape})")
+        eps = ctx.node.attr("epsilon", 1e-5)
+        dt = _stash_dtype(ctx, x)
+        n, c = x.shape[:2]
+        g = x.astype(dt).reshape(n, groups, -1)
+        mean = np.mean(g, axis=2, keepdims=True)
+        var = np.mean((g - mean) ** 2, axis=2, keepdims=True)
+        normed = ((g - mean) / np.sqrt(var + dt.type(eps))).reshape(x.shape)
+        per = c if ctx.node.opset >= 21 else groups
+        if scale.size != per or bias.size != per:
+            raise self.fail(ctx, f"scale and bias must have {per} elements at opset "
+                                 f"{ctx.node.opset}, got {scale.size} and {bias.size}")
+        if per != c:
+            scale = np.repeat(scale, c // groups)
+            bias = np.repeat(bias, c // groups)
+        cs = _channel_shape(x)
+        y = normed * scale.astype(dt).reshape(cs) + bias.astype(dt).reshape(cs)
+        return round_to(y, x.dtype)
+
+
+class LpNormalization(CpuKernel):
+    """x / ||x||_p along ``axis`` (p in {1, 2}); a zero norm gives 0."""
+
+    parity = NORM_PARITY
+
+    def run(self, ctx: ExecutionContext, x: np.ndarray) -> np.ndarray:
+        axis = normalize_axis(ctx, ctx.node.attr("axis", -1), x.ndim)
+        p = ctx.node.attr("p", 2)
+        if p not in (1, 2):
+            raise self.fail(ctx, f"p must be 1 or 2, got {p}")
+        v = float_compute(x)
+        if p == 1:
+            norm = np.sum(np.abs(v), axis=axis, keepdims=True)
+        else:
+            norm = np.sqrt(np.sum(v * v, axis=axis, keepdims=True))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            y = np.where(norm == 0, 0, v / norm)
+        return round_to(y, x.dtype)
+
+
+class MeanVarianceNormalization(CpuKernel):
+    """(X - E[X]) / (sqrt(E[X^2] - E[X]^2) + 1e-9) over ``axes`` (default [0, 2, 3])."""
+
+    parity = NORM_PARITY
+
+    def run(self, ctx: ExecutionContext, x: np.ndarray) -> np.ndarray:
+        axes = tuple(normalize_axis(ctx, a, x.ndim)
+                     for a in ctx.node.attr("axes", [0, 2, 3]))
+        v = float_compute(x)
+        mean = np.mean(v, axis=axes, keepdims=True)
+        # the spec's formula, E[X^2] - E[X]^2, not the two-pass variance
+        std = np.sqrt(np.mean(v * v, axis=axes, keepdims=True) - mean * mean)
+        return round_to((v - mean) / (std + v.dtype.type(1e-9)), x.dtype)
+
+
+class LRN(CpuKernel):
+    """Local response normalization across channels (computed in float64)."""
+
+    parity = SOFTMAX_PARITY
+
+    def run(self, ctx: ExecutionContext, x: np.ndarray) -> np.ndarray:
+        size = ctx.node.attr("size", None)
+        if size is None or size <= 0:
+            raise self.fail(ctx, f"attribute 'size' must be a positive int, got {size}")
+        if x.ndim < 3:
+            raise self.fail(ctx, f"X must have rank >= 3 (N, C, D1, ...), got {x.shape}")
+        alpha = ctx.node.attr("alpha", 1e-4)
+        beta = ctx.node.attr("beta", 0.75)
+        bias = ctx.node.attr("bias", 1.0)
+        v = x.astype(np.float64)
+        lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
+        pad = [(0, 0)] * x.ndim
+        pad[1] = (lo, hi)
+        sq = np.pad(v * v, pad)
+        # channel c sums squares of channels [c - lo, c + hi]
+        windows = np.lib.stride_tricks.sliding_window_view(sq, size, axis=1)
+        square_sum = windows.sum(axis=-1)
+        y = v / (bias + (alpha / size) * square_sum) ** beta
+        return round_to(y, x.dtype)
+
+
+class Dropout(CpuKernel):
+    """Inference: identity and an all-true mask. Training (opset 12+ ``training_mode``
+    input true, ratio > 0): numpy's legacy generator seeded with ``seed``, keep where
+    uniform >= ratio, scale kept values by 1 / (1 - ratio)."""
+
+    def run(self, ctx: ExecutionContext, x: np.ndarray, ratio: np.ndarray | None = None,
+            training_mode: np.ndarray | None = None) -> Any:
+        opset = ctx.node.opset
+        want_mask = len(ctx.node.output_names) > 1 and bool(ctx.node.output_names[1])
+        mask_dtype = np.bool_ if opset >= 10 else x.dtype
+        if opset >= 12:
+            r = 0.5 if ratio is None else float(np.asarray(ratio).reshape(-1)[0])
+            training = training_mode is not None and bool(np.asarray(training_mode))
+        else:
+            r, training = ctx.node.attr("ratio", 0.5), False
+        if not 0.0 <= r < 1.0:
+            raise self.fail(ctx, f"ratio must be in [0, 1), got {r}")
+        if not training or r == 0.0:
+            y = x.copy()
+            keep = np.ones(x.shape, dtype=np.bool_)
+        else:
+            seed = ctx.node.attr("seed", None)
+            rng = np.random.RandomState(seed)
+            keep = rng.uniform(0.0, 1.0, x.shape) >= r
+            y = round_to(keep * float_compute(x) * (1.0 / (1.0 - r)), x.dtype)
+        if want_mask:
+            return y, keep.astype(mask_dtype)
+        return y
+
+
+KERNELS: list[CpuKernel] = [
+    Softmax("Softmax", log=False),
+    Softmax("LogSoftmax", log=True),
+    Hardmax("Hardmax", since=1),
+    LayerNormalization("LayerNormalization", since=17),
+    RMSNormalization("RMSNormalization", since=23),
+    BatchNormalization("BatchNormalization", since=1),
+    InstanceNormalization("InstanceNormalization", since=1),
+    GroupNormalization("GroupNormalization", since=18),
+    LpNormalization("LpNormalization", since=1),
+    MeanVarianceNormalization("MeanVarianceNormalization", since=9),
+    LRN("LRN", since=1),
+    Dropout("Dropout", since=1),
+]
