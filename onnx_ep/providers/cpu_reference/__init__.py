@@ -16,9 +16,14 @@ NAME = "cpu_reference"
 
 #: op-family modules of this package; each defines ``KERNELS: list[CpuKernel]``.
 MODULES: tuple[str, ...] = (
+    "gather_scatter",
     "gemm",
+    "movement",
     "normalization",
     "reduce",
+    "resize",
+    "selection",
+    "shape",
 )
 
 PROVIDER = Provider(name=NAME, device="cpu", priority=0,
