@@ -18,6 +18,7 @@ NAME = "cpu_reference"
 MODULES: tuple[str, ...] = (
     "gather_scatter",
     "gemm",
+    "grid",
     "movement",
     "normalization",
     "reduce",
