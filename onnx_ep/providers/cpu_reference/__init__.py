@@ -25,6 +25,8 @@ MODULES: tuple[str, ...] = (
     "resize",
     "selection",
     "shape",
+    "conv",
+    "pool",
 )
 
 PROVIDER = Provider(name=NAME, device="cpu", priority=0,

@@ -1,0 +1,255 @@
+"""Conv (im2col + matmul) and ConvTranspose (matmul + col2im), N-d, grouped, dilated.
+
+Numerics: float16/bfloat16 are multiplied and accumulated in float32 and rounded
+once; float32/float64 go through numpy's BLAS in their own type, whose summation
+order is unspecified, so both ops are promised to a tolerance.
+
+Conv declares its scratch (the padded input and the im2col matrix) through
+:meth:`Conv.workspace_requirement`; :func:`conv_plan` is the single size formula
+used both there and in execution.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+
+from onnx_ep.core.kernel import (
+    ExecutionContext,
+    NodeMeta,
+    Parity,
+    WorkspaceRequirement,
+    WorkspaceView,
+    tensor_nbytes,
+)
+from onnx_ep.errors import NodeError
+from onnx_ep.providers.cpu_reference.base import CpuKernel
+from onnx_ep.providers.cpu_reference.lowfloat import compute_dtype, round_to, upcast
+from onnx_ep.providers.cpu_reference.windows import (
+    WindowGeometry,
+    node_error,
+    patches,
+    window_geometry,
+)
+
+#: BLAS reorders the C*K sums; narrow floats accumulate in float32.
+CONV_PARITY = Parity.tolerance(rtol=1e-5, atol=1e-6)
+
+
+def _group_count(meta: NodeMeta, channels: int, w_shape: Sequence[int]) -> int:
+    groups = int(meta.attr("group", 1))
+    if groups < 1 or channels % groups:
+        raise node_error(meta, f"group={groups} must be >= 1 and divide the {channels} "
+                               f"input channels")
+    return groups
+
+
+@attrs.frozen
+class ConvPlan:
+    """Shapes of one Conv call and its scratch layout.
+
+    :ivar padded: the padded input (N, C, *padded spatial), in the compute dtype.
+    :ivar cols: the im2col matrix (N, group, C/group * prod(kernel), prod(out)).
+    """
+
+    geometry: WindowGeometry
+    groups: int
+    dtype: np.dtype
+    padded: tuple[int, ...]
+    cols: tuple[int, ...]
+
+    @property
+    def padded_nbytes(self) -> int:
+        return tensor_nbytes(self.dtype, self.padded)
+
+    @property
+    def nbytes(self) -> int:
+        """Exact workspace bytes: padded input followed by the column matrix."""
+        return self.padded_nbytes + tensor_nbytes(self.dtype, self.cols)
+
+
+def conv_plan(meta: NodeMeta, x_shape: Sequence[int], w_shape: Sequence[int],
+              dtype: Any) -> ConvPlan:
+    """THE Conv geometry and scratch-size formula (plan time and run time both call it).
+
+    :raises NodeError: when the shapes or attributes do not describe a valid Conv.
+    """
+    x_shape, w_shape = tuple(x_shape), tuple(w_shape)
+    if len(x_shape) < 3 or len(w_shape) != len(x_shape):
+        raise node_error(meta, f"X {x_shape} and W {w_shape} must have the same rank >= 3")
+    n, c = x_shape[:2]
+    groups = _group_count(meta, c, w_shape)
+    if w_shape[1] * groups != c or w_shape[0] % groups:
+        raise node_error(meta, f"W {w_shape} does not fit X {x_shape} with group={groups}: "
+                               f"expected W[1] == C/group and W[0] divisible by group")
+    kernel = meta.attr("kernel_shape", None) or w_shape[2:]
+    if tuple(kernel) != w_shape[2:]:
+        raise node_error(meta, f"kernel_shape {tuple(kernel)} differs from W's spatial "
+                               f"shape {w_shape[2:]}")
+    g = window_geometry(meta, x_shape[2:], kernel)
+    cdt = compute_dtype(np.dtype(dtype))
+    padded = (n, c) + g.padded_shape(x_shape[2:])
+    cols = (n, groups, (c // groups) * int(np.prod(kernel)), int(np.prod(g.out)))
+    return ConvPlan(g, groups, cdt, padded, cols)
+
+
+class Conv(CpuKernel):
+    """Y = W (*) X + B, as one batched matmul over im2col columns per group."""
+
+    parity = CONV_PARITY
+
+    def workspace_requirement(self, meta: NodeMeta) -> WorkspaceRequirement:
+        specs = meta.inputs
+        if len(specs) < 2 or specs[0] is None or specs[1] is None:
+            return WorkspaceRequirement.NONE
+        if not (specs[0].is_static and specs[1].is_static):
+            return WorkspaceRequirement.NONE
+        try:
+            plan = conv_plan(meta, specs[0].shape, specs[1].shape, specs[0].dtype)
+        except NodeError:
+            # invalid node: execution raises the same error with the run's shapes
+            return WorkspaceRequirement.NONE
+        return WorkspaceRequirement(plan.nbytes)
+
+    def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
+                               outputs: list[Any], workspace: WorkspaceView | None) -> None:
+        x, w = inputs[0], inputs[1]
+        b = inputs[2] if len(inputs) > 2 else None
+        outputs[0] = self.convolve(ctx, x, w, b, workspace)
+
+    def run(self, ctx: ExecutionContext, x: np.ndarray, w: np.ndarray,
+            b: np.ndarray | None = None) -> np.ndarray:
+        return self.convolve(ctx, x, w, b, None)
+
+    def convolve(self, ctx: ExecutionContext, x: np.ndarray, w: np.ndarray,
+                 b: np.ndarray | None, workspace: WorkspaceView | None) -> np.ndarray:
+        if w.dtype != x.dtype:
+            raise self.fail(ctx, f"W is {w.dtype} but X is {x.dtype}; both must match")
+        plan = conv_plan(ctx.node, x.shape, w.shape, x.dtype)
+        g = plan.geometry
+        m = w.shape[0]
+        if b is not None and b.shape != (m,):
+            raise self.fail(ctx, f"B has shape {b.shape}, expected ({m},)")
+        if workspace is None:
+            padded = np.empty(plan.padded, dtype=plan.dtype)
+            cols = np.empty(plan.cols, dtype=plan.dtype)
+        else:
+            padded = workspace.array(plan.dtype, plan.padded)
+            cols = workspace.array(plan.dtype, plan.cols, offset=plan.padded_nbytes)
+        padded.fill(0)
+        inner = (slice(None), slice(None)) + tuple(
+            slice(p, p + s) for p, s in zip(g.pads_begin, x.shape[2:]))
+        padded[inner] = x
+        n, c = x.shape[:2]
+        nd = len(g.kernel)
+        # (N, C, *out, *kernel) -> (N, group, C/group, *kernel, *out), copied into cols
+        win = patches(padded, g).reshape((n, plan.groups, c // plan.groups) + g.out + g.kernel)
+        order = (0, 1, 2) + tuple(range(3 + nd, 3 + 2 * nd)) + tuple(range(3, 3 + nd))
+        np.copyto(cols.reshape((n, plan.groups, c // plan.groups) + g.kernel + g.out),
+                  win.transpose(order))
+        wm = upcast(w).reshape(plan.groups, m // plan.groups, -1)
+        y = np.matmul(wm, cols).reshape((n, m) + g.out)
+        if b is not None:
+            y += upcast(b).reshape((m,) + (1,) * nd)
+        return round_to(y, x.dtype)
+
+
+class ConvTranspose(CpuKernel):
+    """Gradient of Conv w.r.t. its input: matmul to columns, then col2im scatter-add."""
+
+    parity = CONV_PARITY
+
+    def run(self, ctx: ExecutionContext, x: np.ndarray, w: np.ndarray,
+            b: np.ndarray | None = None) -> np.ndarray:
+        meta = ctx.node
+        if x.ndim < 3 or w.ndim != x.ndim:
+            raise self.fail(ctx, f"X {x.shape} and W {w.shape} must have the same rank >= 3")
+        n, c = x.shape[:2]
+        nd = x.ndim - 2
+        groups = _group_count(meta, c, w.shape)
+        if w.shape[0] != c:
+            raise self.fail(ctx, f"W {w.shape} must have W[0] == C = {c}")
+        mg = w.shape[1]
+        kernel = tuple(meta.attr("kernel_shape", None) or w.shape[2:])
+        if kernel != w.shape[2:]:
+            raise self.fail(ctx, f"kernel_shape {kernel} differs from W's spatial shape "
+                                 f"{w.shape[2:]}")
+        strides = self._ints(ctx, "strides", [1] * nd, nd)
+        dil = self._ints(ctx, "dilations", [1] * nd, nd)
+        out_pad = self._ints(ctx, "output_padding", [0] * nd, nd)
+        ek = [(k - 1) * d + 1 for k, d in zip(kernel, dil)]
+        spatial = x.shape[2:]
+        # size of the full (uncropped) result along each axis
+        full = [s * (i - 1) + op + e for s, i, op, e in zip(strides, spatial, out_pad, ek)]
+        begin, out = self._crop(ctx, full, spatial, strides, nd)
+
+        # columns: for every input position, its (M/group * prod(kernel)) contributions
+        xg = upcast(x).reshape(n, groups, c // groups, -1)
+        wg = upcast(w).reshape(groups, c // groups, mg * int(np.prod(kernel)))
+        cols = np.matmul(wg.transpose(0, 2, 1), xg)  # (N, group, Mg*K, P_in)
+        cols = cols.reshape((n, groups * mg) + kernel + tuple(spatial))
+        # accumulate into a canvas that covers both the full result and the crop
+        lo = [min(0, bg) for bg in begin]
+        hi = [max(f, bg + o) for f, bg, o in zip(full, begin, out)]
+        canvas = np.zeros((n, groups * mg) + tuple(h - lo_ for h, lo_ in zip(hi, lo)),
+                          dtype=cols.dtype)
+        # loop over kernel taps (prod(kernel) iterations); each adds a whole strided slab
+        for tap in np.ndindex(*kernel):
+            dst = tuple(slice(t * d - l, t * d - l + (i - 1) * s + 1, s)
+                        for t, d, l, i, s in zip(tap, dil, lo, spatial, strides))
+            canvas[(slice(None), slice(None)) + dst] += cols[(slice(None), slice(None)) + tap]
+        crop = tuple(slice(bg - l, bg - l + o) for bg, l, o in zip(begin, lo, out))
+        y = canvas[(slice(None), slice(None)) + crop]
+        if b is not None:
+            if b.shape != (groups * mg,):
+                raise self.fail(ctx, f"B has shape {b.shape}, expected ({groups * mg},)")
+            y = y + upcast(b).reshape((-1,) + (1,) * nd)
+        return round_to(y, x.dtype)
+
+    def _ints(self, ctx: ExecutionContext, name: str, default: list[int],
+              n: int) -> list[int]:
+        value = ctx.node.attr(name, None)
+        value = list(default) if value is None else [int(v) for v in value]
+        if len(value) != n:
+            raise self.fail(ctx, f"attribute '{name}' has {len(value)} values, expected {n}")
+        return value
+
+    def _crop(self, ctx: ExecutionContext, full: list[int], spatial: Sequence[int],
+              strides: list[int], nd: int) -> tuple[list[int], list[int]]:
+        """Start of the output inside the full result, and the output sizes."""
+        auto_pad = ctx.node.attr("auto_pad", "NOTSET") or "NOTSET"
+        shape = ctx.node.attr("output_shape", None)
+        if shape is not None:
+            shape = [int(v) for v in shape]
+            if len(shape) == nd + 2:
+                shape = shape[2:]
+            if len(shape) != nd:
+                raise self.fail(ctx, f"output_shape {shape} must have {nd} spatial values")
+        elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            shape = [i * s for i, s in zip(spatial, strides)]
+        if shape is not None:
+            total = [f - o for f, o in zip(full, shape)]
+            if auto_pad == "SAME_UPPER":
+                begin = [t // 2 for t in total]
+            else:
+                begin = [t - t // 2 for t in total]
+            return begin, shape
+        if auto_pad == "VALID":
+            return [0] * nd, list(full)
+        if auto_pad != "NOTSET":
+            raise self.fail(ctx, f"auto_pad {auto_pad!r} is not one of NOTSET, SAME_UPPER, "
+                                 f"SAME_LOWER, VALID")
+        pads = self._ints(ctx, "pads", [0] * (2 * nd), 2 * nd)
+        out = [f - pads[a] - pads[nd + a] for a, f in enumerate(full)]
+        if min(out) < 1:
+            raise self.fail(ctx, f"pads {pads} leave no output from a full result of {full}")
+        return pads[:nd], out
+
+
+KERNELS: list[CpuKernel] = [
+    Conv("Conv", since=1),
+    ConvTranspose("ConvTranspose", since=1),
+]
