@@ -38,7 +38,8 @@ class Executor:
     def run(self, program: Program, inputs: Sequence[Any], *,
             outer: Mapping[str, Any] | None = None,
             workspaces: Sequence[WorkspaceView | None] | None = None,
-            cancel: Callable[[], bool] | None = None) -> list[Any]:
+            cancel: Callable[[], bool] | None = None,
+            weights: Any = None) -> list[Any]:
         """Execute ``program`` and return its graph outputs in order.
 
         :param inputs: one value per graph input, in order.
@@ -46,10 +47,13 @@ class Executor:
         :param workspaces: one view (or None) per step, from the plan.
         :param cancel: polled between steps; when it returns True the run stops
             with :exc:`RunCancelled`.
+        :param weights: a weight store (weight streaming): initializers are paged
+            in before each step that reads them instead of being resident.
         """
         env: list[Any] = [None] * program.n_slots
-        for s, v in program.constants:
-            env[s] = v
+        if weights is None:
+            for s, v in program.constants:
+                env[s] = v
         for s, v in zip(program.input_slots, inputs):
             env[s] = v
         if outer is not None:
@@ -62,6 +66,9 @@ class Executor:
                 if cancel is not None and cancel():
                     raise RunCancelled(f"run cancelled before step {i} ({step.name!r}) of "
                                        f"{len(steps)}")
+                if weights is not None and step.const_reads:
+                    for s, v in zip(step.const_reads, weights.page_in(step.const_reads)):
+                        env[s] = v
                 args = [env[s] if s >= 0 else None for s in step.in_slots]
                 if step.kind == COPY:
                     outs: list[Any] = [step.call(args[0], None)]
@@ -75,6 +82,9 @@ class Executor:
                         env[s] = v
                 for s in step.frees:
                     env[s] = None
+                if weights is not None:
+                    for s in step.const_reads:   # the window owns paged weights, not the run
+                        env[s] = None
         except OnnxEpError:
             raise
         except Exception as exc:

@@ -47,6 +47,8 @@ class Step:
     copy: CopyStep | None = None
     #: slots of the outer-scope values its subgraphs read (control flow nodes)
     scope_slots: tuple[tuple[str, int], ...] = ()
+    #: initializer slots this step reads (paged in first under weight streaming)
+    const_reads: tuple[int, ...] = ()
 
 
 @attrs.define(eq=False)
@@ -105,18 +107,20 @@ def build_program(graph: Graph, placement: Placement) -> Program:
         if x not in keep:
             frees_at[i].append(x)
 
+    const_slots = {c for c, _ in constants}
     steps: list[Step] = []
     for i, (s, ins, outs) in enumerate(raw_steps):
+        const_reads = tuple(dict.fromkeys(x for x in ins if x in const_slots))
         if isinstance(s, CopyStep):
             steps.append(Step(COPY, f"copy:{s.src}->{s.dst_device}", _copy_fn(s), None,
-                              ins, outs, tuple(frees_at[i]), copy=s))
+                              ins, outs, tuple(frees_at[i]), copy=s, const_reads=const_reads))
             continue
         n_explicit = len(s.inputs)
         ctx = ExecutionContext(s.meta, provider=s.provider)
         scope = tuple((n, slot_of[n]) for n in s.node.implicit_inputs)
         steps.append(Step(KERNEL, s.node.name, s.kernel.execute_with_workspace, ctx,
                           ins[:n_explicit], outs, tuple(frees_at[i]), placed=s,
-                          scope_slots=scope))
+                          scope_slots=scope, const_reads=const_reads))
     return Program(graph, placement, steps, len(slot_of), slot_of, input_slots,
                    outer_slots, output_slots, constants)
 
@@ -160,10 +164,7 @@ class ExecutionPlan:
     specs: dict[str, TensorSpec | None]
     metas: list[NodeMeta | None]            # aligned with steps; None for copies
     workspace: WorkspacePlan
-    #: bytes of every activation whose shape is known (the naive no-reuse sum)
-    activation_bytes: int
-    #: peak of simultaneously live activation bytes (the arena's lower bound)
-    live_peak_bytes: int
+    arena: ArenaPlan
 
 
 def infer_specs(light_model: onnx.ModelProto | None, graph: Graph,
@@ -242,29 +243,88 @@ def plan_signature(program: Program, signature: tuple[Any, ...],
             session_peak = max(session_peak, req.nbytes)
         else:
             step_peak = max(step_peak, req.nbytes)
-    act, peak = _activation_bytes(program, specs)
     return ExecutionPlan(signature, program, specs, metas,
-                         WorkspacePlan(tuple(per_step), step_peak, session_peak), act, peak)
+                         WorkspacePlan(tuple(per_step), step_peak, session_peak),
+                         plan_arena(program, specs))
 
 
-def _activation_bytes(program: Program, specs: dict[str, TensorSpec | None]) -> tuple[int, int]:
+# ---------------------------------------------------------------- activation arena
+
+#: arena offsets are aligned like numpy's default allocations
+ARENA_ALIGNMENT = 64
+
+
+@attrs.frozen
+class ArenaPlan:
+    """Offsets of every activation in one arena at one shape signature.
+
+    :ivar offsets: ``{slot: byte offset}`` for activations of known size.
+    :ivar size: the arena's bytes (end of the highest placed buffer).
+    :ivar naive_bytes: sum of all activation sizes (no reuse).
+    :ivar live_peak_bytes: peak of simultaneously live bytes (the lower bound).
+    """
+
+    offsets: dict[int, int]
+    size: int
+    naive_bytes: int
+    live_peak_bytes: int
+
+
+def plan_arena(program: Program, specs: dict[str, TensorSpec | None]) -> ArenaPlan:
+    """Pack activations into one arena, reusing offsets when lifetimes do not overlap.
+
+    Greedy by size (largest first), each buffer at the lowest aligned offset that
+    does not overlap a placed buffer whose lifetime overlaps its own. Graph
+    inputs belong to the caller and initializers to the weights, so neither is
+    placed; graph outputs live to the end of the run.
+    """
     name_of = {s: n for n, s in program.slot_of.items()}
-    const = {c for c, _ in program.constants}
-
-    def size(slot: int) -> int:
-        spec = specs.get(name_of.get(slot, ""))
-        if spec is None or not spec.is_static or slot in const:
-            return 0
-        return spec.nbytes
-
-    total = live = peak = 0
-    for st in program.steps:
+    skip = {c for c, _ in program.constants} | set(program.input_slots) | set(
+        program.outer_slots)
+    n_steps = len(program.steps)
+    start: dict[int, int] = {}
+    end: dict[int, int] = {}
+    for i, st in enumerate(program.steps):
         for s in st.out_slots:
-            if s >= 0:
-                b = size(s)
-                total += b
-                live += b
-        peak = max(peak, live)
-        for s in st.frees:
-            live -= size(s)
-    return total, peak
+            if s >= 0 and s not in skip:
+                start.setdefault(s, i)
+                end[s] = i
+        for s in st.in_slots:
+            if s in start:
+                end[s] = max(end[s], i)
+    for s in program.output_slots:
+        if s in start:
+            end[s] = n_steps
+    # control-flow nodes also read outer-scope values through their subgraphs
+    for i, st in enumerate(program.steps):
+        for _, s in st.scope_slots:
+            if s in start:
+                end[s] = max(end[s], i)
+
+    sizes: dict[int, int] = {}
+    for s in start:
+        spec = specs.get(name_of.get(s, ""))
+        if spec is not None and spec.is_static:
+            sizes[s] = -(-spec.nbytes // ARENA_ALIGNMENT) * ARENA_ALIGNMENT
+    placed: list[tuple[int, int, int, int]] = []     # (offset, size, start, end)
+    offsets: dict[int, int] = {}
+    for s in sorted(sizes, key=lambda x: (-sizes[x], start[x])):
+        size, a, b = sizes[s], start[s], end[s]
+        conflicts = sorted((o, o + sz) for o, sz, a2, b2 in placed if a2 <= b and a <= b2)
+        offset = 0
+        for lo, hi in conflicts:
+            if offset + size <= lo:
+                break
+            offset = max(offset, hi)
+        offsets[s] = offset
+        placed.append((offset, size, a, b))
+    arena = max((o + sz for o, sz, _, _ in placed), default=0)
+    naive = sum(sizes.values())
+    # live-bytes peak over steps, with the same lifetimes
+    events = sorted([(start[s], sz) for s, sz in sizes.items()] +
+                    [(end[s] + 1, -sz) for s, sz in sizes.items()], key=lambda e: (e[0], e[1]))
+    live = live_peak = 0
+    for _, delta in events:
+        live += delta
+        live_peak = max(live_peak, live)
+    return ArenaPlan(offsets, arena, naive, live_peak)

@@ -7,10 +7,12 @@ planning, execution and memory live in their own modules.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -18,10 +20,12 @@ import attrs
 import numpy as np
 import onnx
 
+from onnx_ep.core.admission import AdmissionRequest, describe, reserve_for_run
 from onnx_ep.core.dtypes import np_dtype
 from onnx_ep.core.executor import Executor
 from onnx_ep.core.graph import Graph, Value, build_graph, load_model
 from onnx_ep.core.kernel import TensorSpec, WorkspaceLifetime, WorkspaceView
+from onnx_ep.core.memory import Reservation, Role, allocate_host, authority_for
 from onnx_ep.core.options import RunOptions, SessionOptions
 from onnx_ep.core.placement import place
 from onnx_ep.core.planner import (
@@ -33,9 +37,11 @@ from onnx_ep.core.planner import (
     plan_signature,
 )
 from onnx_ep.errors import FeedError, OnnxEpWarning, ProviderUnavailable
+from onnx_ep.plugins.policies import WeightStore
 from onnx_ep.plugins.manager import Runtime, runtime_for
 
 log = logging.getLogger("onnx_ep")
+_session_ids = itertools.count(1)
 
 
 @attrs.frozen
@@ -110,15 +116,70 @@ class Session:
             self._graph, place(self._graph, self._runtime.registry, self._providers))
         self._plans: dict[tuple[Any, ...], ExecutionPlan] = {}
         self._lock = threading.Lock()
-        self._ws_pool: dict[tuple[Any, ...], list[np.ndarray]] = {}
-        self._persistent_ws: dict[tuple[Any, ...], np.ndarray] = {}
         self._input_values: list[Value] = list(self._graph.inputs)
         self._input_index = {v.name: i for i, v in enumerate(self._input_values)}
         self._output_index = {v.name: i for i, v in enumerate(self._graph.outputs)}
         self.stats: dict[str, int] = {"plans": 0, "runs": 0, "plan_cache_hits": 0}
-        log.info("session: %d nodes on %s", len(self._graph.nodes),
-                 self._program.placement.count_by_provider())
+        self._run_ids = itertools.count(1)
+        self._setup_memory()
+        log.info("session %s: %d nodes on %s; memory budget %d bytes on %s, policy %s "
+                 "(streaming %s), admission %s", self.holder, len(self._graph.nodes),
+                 self._program.placement.count_by_provider(), self._authority.budget,
+                 self._authority.device, self.memory_policy.name,
+                 "on" if self.memory_policy.streams else "off", describe(self._admission))
         self._notify("onnx_ep_session_created", session=self)
+
+    # ---------------------------------------------------------------- memory
+    def _setup_memory(self) -> None:
+        """Join the device's authority, choose policy and admission, reserve the weights."""
+        self.holder = f"session-{next(_session_ids)}"
+        self._authority = authority_for("cpu", self.options.memory_limit)
+        hook = self._runtime.pm.hook
+        self._admission = hook.onnx_ep_select_admission_strategy(options=self.options)
+        self.memory_policy = hook.onnx_ep_select_memory_policy(
+            model_bytes=self._graph.weight_bytes, planned_peak=0,
+            budget=self._authority.budget, options=self.options)
+        self._held: list[Reservation] = []      # session-lifetime reservations
+        self._weights: WeightStore | None = None
+        if self.memory_policy.streams:
+            host = {slot: arr for slot, arr in self._program.constants}
+            needs = [sum(host[c].nbytes for c in st.const_reads)
+                     for st in self._program.steps]
+            self._weights = WeightStore(host, needs, self.memory_policy.window_bytes,
+                                        self._authority, self.holder)
+            self.memory_policy.store = self._weights
+            self._held.append(self._weights.reservation)
+        elif self._graph.weight_bytes:
+            self._held.append(self._authority.reserve(self._graph.weight_bytes, Role.WEIGHTS,
+                                                      self.holder))
+        self._persistent: Reservation | None = None
+        self._persistent_buf: np.ndarray | None = None
+        self._finalizer = weakref.finalize(self, _release_all, self._held)
+
+    def close(self) -> None:
+        """Release every byte this session holds. The session cannot run afterwards."""
+        self._finalizer()
+
+    def resources(self) -> dict[str, Any]:
+        """Budget, ledger (by role and holder), plans' arena/workspace sizes, policy and counters.
+
+        JSON-ready: only dicts, lists, strings and ints.
+        """
+        plans = [{"signature": _sig_str(p.signature), "arena_bytes": p.arena.size,
+                  "activation_naive_bytes": p.arena.naive_bytes,
+                  "activation_live_peak_bytes": p.arena.live_peak_bytes,
+                  "workspace_step_bytes": p.workspace.step_peak,
+                  "workspace_session_bytes": p.workspace.session_peak}
+                 for p in list(self._plans.values())]
+        return {"holder": self.holder, "device": self._authority.device,
+                "budget": self._authority.budget, "committed": self._authority.committed,
+                "held_by_session": self._authority.held_by(self.holder),
+                "weights_bytes": self._graph.weight_bytes,
+                "ledger": self._authority.ledger(),
+                "policy": {"name": self.memory_policy.name,
+                           "streaming": bool(self.memory_policy.streams),
+                           "counters": self.memory_policy.counters()},
+                "admission": describe(self._admission), "plans": plans}
 
     # ---------------------------------------------------------------- metadata
     def get_inputs(self) -> list[NodeArg]:
@@ -158,13 +219,21 @@ class Session:
         else:
             self.stats["plan_cache_hits"] += 1
         want = self._output_positions(output_names)
-        workspaces, step_buf = self._take_workspaces(plan)
+        holder = f"{self.holder}/run-{next(self._run_ids)}"
+        reservations = self._admit(plan, holder)
         cancel = (lambda: run_options.terminate) if run_options is not None else None
         try:
-            outs = self._executor.run(plan.program, arrays, workspaces=workspaces,
-                                      cancel=cancel)
+            workspaces = self._workspace_views(plan, reservations)
+            if self._weights is not None:
+                with self._lock:    # runs share one weight window: one at a time
+                    outs = self._executor.run(plan.program, arrays, workspaces=workspaces,
+                                              cancel=cancel, weights=self._weights)
+            else:
+                outs = self._executor.run(plan.program, arrays, workspaces=workspaces,
+                                          cancel=cancel)
         finally:
-            self._give_back(plan, step_buf)
+            for r in reservations:
+                r.release()
         self.stats["runs"] += 1
         result = [outs[i] for i in want]
         self._notify("onnx_ep_run_finished", session=self,
@@ -256,32 +325,46 @@ class Session:
                       plan.workspace.step_peak, plan.workspace.session_peak)
             return plan
 
-    def _take_workspaces(self, plan: ExecutionPlan) -> tuple[list[WorkspaceView | None] | None,
-                                                             np.ndarray | None]:
+    def _admit(self, plan: ExecutionPlan, holder: str) -> list[Reservation]:
+        """Ask for the run's whole need before any work; reserve it or raise a refusal."""
+        ws = plan.workspace
+        have = self._persistent.requested if self._persistent is not None else 0
+        growth = max(0, ws.session_peak - have)
+        request = AdmissionRequest(holder, plan.arena.size, ws.step_peak, growth)
+        decision = self._admission.admit(request, self._authority)
+        if decision.refusal is not None:
+            raise decision.refusal
+        if growth:
+            self._grow_persistent(ws.session_peak)
+        return reserve_for_run(request, self._authority)
+
+    def _grow_persistent(self, nbytes: int) -> None:
+        with self._lock, self._authority.grant() as g:
+            if self._persistent is None:
+                self._persistent = g.reserve(nbytes, Role.WORKSPACE_SESSION, self.holder)
+                self._held.append(self._persistent)
+            elif nbytes > self._persistent.requested:
+                g.grow(self._persistent, nbytes)
+            else:
+                return
+            self._persistent_buf = allocate_host(nbytes, self._persistent)
+
+    def _workspace_views(self, plan: ExecutionPlan,
+                         reservations: list[Reservation]) -> list[WorkspaceView | None] | None:
         ws = plan.workspace
         if ws.total == 0:
-            return None, None
-        with self._lock:
-            pool = self._ws_pool.setdefault(plan.signature, [])
-            step_buf = pool.pop() if pool else np.empty(ws.step_peak, np.uint8)
-            persistent = self._persistent_ws.get(plan.signature)
-            if persistent is None and ws.session_peak:
-                persistent = self._persistent_ws[plan.signature] = np.empty(
-                    ws.session_peak, np.uint8)
+            return None
+        step = next((r for r in reservations if r.role is Role.WORKSPACE_STEP), None)
+        step_buf = allocate_host(ws.step_peak, step) if step is not None else None
         views: list[WorkspaceView | None] = []
         for req in ws.per_step:
             if req.nbytes == 0:
                 views.append(None)
             elif req.lifetime is WorkspaceLifetime.SESSION_PERSISTENT:
-                views.append(WorkspaceView(persistent, req.nbytes, req.lifetime))
+                views.append(WorkspaceView(self._persistent_buf, req.nbytes, req.lifetime))
             else:
                 views.append(WorkspaceView(step_buf, req.nbytes, req.lifetime))
-        return views, step_buf
-
-    def _give_back(self, plan: ExecutionPlan, step_buf: np.ndarray | None) -> None:
-        if step_buf is not None:
-            with self._lock:
-                self._ws_pool.setdefault(plan.signature, []).append(step_buf)
+        return views
 
     def _output_positions(self, output_names: Sequence[str] | None) -> list[int]:
         if output_names is None:
@@ -307,6 +390,16 @@ class Session:
             import warnings
             warnings.warn(f"{hook} observer raised {type(exc).__name__}: {exc}",
                           OnnxEpWarning, stacklevel=3)
+
+
+def _release_all(reservations: list[Reservation]) -> None:
+    for r in reservations:
+        r.release()
+
+
+def _sig_str(signature: tuple[Any, ...]) -> str:
+    return ", ".join(f"{dt}{list(shape)}" if shape is not None else str(dt)
+                     for dt, shape in signature)
 
 
 def _shape_str(shape: Sequence[Any]) -> str:

@@ -1,0 +1,282 @@
+"""DeviceMemoryAuthority: one budget per device, a ledger of every byte by role and holder.
+
+Every byte a session uses is reserved here before it is used. Reservations
+are rounded up to the allocation granularity (a 1-byte request costs a
+granule), growth goes through transactional grants, and the authority is
+thread-safe: concurrent sessions on one device never over-commit.
+Allocation itself (numpy buffers on the host, cuMemAlloc on a GPU) happens
+only in allocator modules, which take a :class:`Reservation` first.
+See docs/MEMORY.md.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import attrs
+
+from onnx_ep.errors import CapacityUnavailable, MemoryBudgetError, TierExhausted
+
+
+class Role(enum.Enum):
+    """What reserved bytes are for."""
+
+    WEIGHTS = "weights"
+    ACTIVATIONS = "activations"
+    KV_CACHE = "kv_cache"
+    WORKSPACE_STEP = "workspace_step"
+    WORKSPACE_SESSION = "workspace_session"
+    STAGING = "staging"
+
+
+#: host allocations are accounted in 64-byte granules (numpy's alignment); CUDA uses 2 MiB
+HOST_GRANULARITY = 64
+
+
+def host_available_bytes() -> int:
+    """MemAvailable from /proc/meminfo, else physical pages; the host budget's default."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+@attrs.define(eq=False)
+class Reservation:
+    """Bytes held in the ledger. Release exactly once (idempotent)."""
+
+    id: int
+    nbytes: int          # granule-rounded bytes charged to the budget
+    requested: int       # bytes asked for
+    role: Role
+    holder: str
+    authority: DeviceMemoryAuthority
+    released: bool = False
+
+    def release(self) -> None:
+        self.authority.release(self)
+
+
+class DeviceMemoryAuthority:
+    """The budget and ledger of one device.
+
+    :param device: ``"cpu"`` or e.g. ``"cuda:0"``.
+    :param budget: bytes this authority may grant.
+    :param granularity: accounting granule in bytes.
+    """
+
+    def __init__(self, device: str, budget: int, granularity: int = HOST_GRANULARITY) -> None:
+        if budget <= 0:
+            raise ValueError(f"budget must be positive, got {budget}")
+        self.device = device
+        self.budget = int(budget)
+        self.granularity = int(granularity)
+        self._lock = threading.Lock()
+        self._live: dict[int, Reservation] = {}
+        self._committed = 0
+        self._ids = itertools.count(1)
+        self.peak_committed = 0
+
+    # ------------------------------------------------------------ accounting
+    def round_up(self, nbytes: int) -> int:
+        """Bytes charged for a request of ``nbytes`` (0 stays 0)."""
+        g = self.granularity
+        return -(-int(nbytes) // g) * g
+
+    @property
+    def committed(self) -> int:
+        return self._committed
+
+    @property
+    def available(self) -> int:
+        return self.budget - self._committed
+
+    def reserve(self, nbytes: int, role: Role, holder: str) -> Reservation:
+        """Charge ``nbytes`` (rounded to a granule) to ``holder`` under ``role``.
+
+        :raises CapacityUnavailable: more than the whole budget.
+        :raises TierExhausted: does not fit in what is free now.
+        """
+        charged = self.round_up(nbytes)
+        with self._lock:
+            self._check_fits(charged, holder, role)
+            r = Reservation(next(self._ids), charged, int(nbytes), role, holder, self)
+            self._live[r.id] = r
+            self._committed += charged
+            self.peak_committed = max(self.peak_committed, self._committed)
+            return r
+
+    def reserve_many(self, requests: list[tuple[int, Role]], holder: str) -> list[Reservation]:
+        """Reserve several amounts atomically: all or none."""
+        charged = [(self.round_up(n), n, role) for n, role in requests]
+        total = sum(c for c, _, _ in charged)
+        with self._lock:
+            self._check_fits(total, holder, None)
+            out = []
+            for c, n, role in charged:
+                r = Reservation(next(self._ids), c, int(n), role, holder, self)
+                self._live[r.id] = r
+                out.append(r)
+            self._committed += total
+            self.peak_committed = max(self.peak_committed, self._committed)
+            return out
+
+    def _check_fits(self, charged: int, holder: str, role: Role | None) -> None:
+        what = f" for {role.value}" if role is not None else ""
+        if charged > self.budget:
+            raise CapacityUnavailable(
+                f"{holder} asked {charged} bytes{what} on {self.device}, more than the whole "
+                f"budget of {self.budget} bytes; raise memory_limit or use a smaller model/batch",
+                requested=charged, available=self.budget - self._committed, holder=holder)
+        if charged > self.budget - self._committed:
+            raise TierExhausted(
+                f"{holder} asked {charged} bytes{what} on {self.device} but only "
+                f"{self.budget - self._committed} of {self.budget} are free now; retry later",
+                requested=charged, available=self.budget - self._committed, holder=holder)
+
+    def release(self, r: Reservation) -> None:
+        """Return a reservation's bytes. Releasing twice is a no-op."""
+        with self._lock:
+            if r.released:
+                return
+            r.released = True
+            del self._live[r.id]
+            self._committed -= r.nbytes
+
+    def grow(self, r: Reservation, new_nbytes: int) -> None:
+        """Grow ``r`` to ``new_nbytes`` as one transaction: committed whole or not at all.
+
+        :raises TierExhausted, CapacityUnavailable: the ledger is unchanged.
+        """
+        with self._lock:
+            if r.released:
+                raise MemoryBudgetError(f"cannot grow released reservation {r.id}")
+            new_charged = self.round_up(new_nbytes)
+            extra = new_charged - r.nbytes
+            if extra <= 0:
+                return
+            if new_charged > self.budget:
+                raise CapacityUnavailable(
+                    f"{r.holder}: growing {r.role.value} to {new_charged} bytes exceeds the "
+                    f"whole budget of {self.budget} bytes on {self.device}",
+                    requested=extra, available=self.budget - self._committed, holder=r.holder)
+            if extra > self.budget - self._committed:
+                raise TierExhausted(
+                    f"{r.holder}: growing {r.role.value} by {extra} bytes does not fit; "
+                    f"{self.budget - self._committed} free on {self.device}",
+                    requested=extra, available=self.budget - self._committed, holder=r.holder)
+            r.nbytes = new_charged
+            r.requested = int(new_nbytes)
+            self._committed += extra
+            self.peak_committed = max(self.peak_committed, self._committed)
+
+    @contextmanager
+    def grant(self) -> Iterator[Grant]:
+        """A transactional growth grant: every reservation/growth inside commits together.
+
+        If the block raises, everything it reserved or grew is rolled back and the
+        ledger is exactly as before.
+        """
+        g = Grant(self)
+        try:
+            yield g
+        except BaseException:
+            g.rollback()
+            raise
+
+    # ------------------------------------------------------------ reporting
+    def ledger(self) -> dict[str, Any]:
+        """JSON-ready ledger: totals by role and by holder."""
+        with self._lock:
+            by_role: dict[str, int] = {r.value: 0 for r in Role}
+            by_holder: dict[str, dict[str, int]] = {}
+            for r in self._live.values():
+                by_role[r.role.value] += r.nbytes
+                h = by_holder.setdefault(r.holder, {})
+                h[r.role.value] = h.get(r.role.value, 0) + r.nbytes
+            return {"device": self.device, "budget": self.budget,
+                    "committed": self._committed, "available": self.budget - self._committed,
+                    "peak_committed": self.peak_committed, "granularity": self.granularity,
+                    "by_role": by_role, "by_holder": by_holder}
+
+    def held_by(self, holder: str) -> int:
+        with self._lock:
+            return sum(r.nbytes for r in self._live.values() if r.holder == holder)
+
+
+class Grant:
+    """Collects reservations and growths made through it; see :meth:`DeviceMemoryAuthority.grant`."""
+
+    def __init__(self, authority: DeviceMemoryAuthority) -> None:
+        self.authority = authority
+        self._new: list[Reservation] = []
+        self._grown: list[tuple[Reservation, int, int]] = []
+
+    def reserve(self, nbytes: int, role: Role, holder: str) -> Reservation:
+        r = self.authority.reserve(nbytes, role, holder)
+        self._new.append(r)
+        return r
+
+    def grow(self, r: Reservation, new_nbytes: int) -> None:
+        before = (r, r.nbytes, r.requested)
+        self.authority.grow(r, new_nbytes)
+        self._grown.append(before)
+
+    def rollback(self) -> None:
+        a = self.authority
+        for r in reversed(self._new):
+            a.release(r)
+        with a._lock:
+            for r, nbytes, requested in reversed(self._grown):
+                if not r.released:
+                    a._committed -= r.nbytes - nbytes
+                    r.nbytes, r.requested = nbytes, requested
+
+
+_authorities: dict[tuple[str, int | None], DeviceMemoryAuthority] = {}
+_authorities_lock = threading.Lock()
+
+
+def authority_for(device: str, limit: int | None = None,
+                  granularity: int = HOST_GRANULARITY) -> DeviceMemoryAuthority:
+    """The shared authority of ``device``.
+
+    Sessions on one device with the same ``limit`` share one budget (``None``:
+    the device's free memory when first asked). A session with its own
+    ``memory_limit`` thus joins the pool of that size.
+    """
+    key = (device, limit)
+    with _authorities_lock:
+        a = _authorities.get(key)
+        if a is None:
+            budget = limit if limit is not None else host_available_bytes()
+            a = _authorities[key] = DeviceMemoryAuthority(device, budget, granularity)
+        return a
+
+
+def allocate_host(nbytes: int, reservation: Reservation) -> Any:
+    """A host buffer of ``nbytes`` (uint8) carved from what ``reservation`` holds.
+
+    The only place in core/ and plugins/ that creates arena, workspace or
+    weight-window buffers; callers view it with ``.view(dtype).reshape(shape)``.
+
+    :raises MemoryBudgetError: the reservation was released or is too small.
+    """
+    import numpy as np
+
+    if reservation.released:
+        raise MemoryBudgetError(f"reservation {reservation.id} was released")
+    if nbytes > reservation.nbytes:
+        raise MemoryBudgetError(f"{nbytes} bytes asked from reservation {reservation.id} "
+                                f"which holds {reservation.nbytes}")
+    return np.empty(nbytes, dtype=np.uint8)

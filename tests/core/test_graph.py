@@ -1,0 +1,67 @@
+"""Graph building: topological order, inferred types, symbolic dims, subgraph scope."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from onnx_ep.core.graph import build_graph
+from onnx_ep.core.kernel import TensorSpec
+from onnx_ep.errors import ModelError
+from tests.helpers.models import mlp_model
+
+
+def test_nodes_are_topologically_sorted_even_when_the_file_is_not():
+    model = mlp_model()
+    nodes = list(model.graph.node)
+    del model.graph.node[:]
+    model.graph.node.extend(reversed(nodes))
+    order = [n.name for n in build_graph(model).nodes]
+    assert order == ["mm1", "add1", "relu", "mm2", "add2"]
+
+
+def test_inferred_types_and_symbolic_dims():
+    g = build_graph(mlp_model())
+    assert g.inputs[0].spec == TensorSpec(np.float32, ("batch", 8))
+    assert g.values["h2"].spec == TensorSpec(np.float32, ("batch", 16))
+    assert g.weight_bytes == (8 * 16 + 16 + 16 * 4 + 4) * 4
+
+
+def test_initializers_are_not_inputs():
+    model = mlp_model()
+    model.graph.input.append(helper.make_tensor_value_info("w1", TensorProto.FLOAT, [8, 16]))
+    g = build_graph(model)
+    assert [v.name for v in g.inputs] == ["x"]
+
+
+def test_subgraph_outer_scope_values_become_implicit_inputs():
+    then_g = helper.make_graph([helper.make_node("Relu", ["outer"], ["t"])], "then", [],
+                               [helper.make_tensor_value_info("t", TensorProto.FLOAT, [2])])
+    else_g = helper.make_graph([helper.make_node("Neg", ["outer"], ["e"])], "else", [],
+                               [helper.make_tensor_value_info("e", TensorProto.FLOAT, [2])])
+    g = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["outer"]),
+         helper.make_node("If", ["cond"], ["y"], then_branch=then_g, else_branch=else_g)],
+        "top",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),
+         helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    graph = build_graph(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    if_node = graph.nodes[1]
+    assert if_node.implicit_inputs == ("outer",)
+    assert [sg.outer_names for sg in if_node.subgraphs] == [("outer",), ("outer",)]
+
+
+def test_model_without_graph_is_rejected():
+    with pytest.raises(ModelError, match="no graph"):
+        build_graph(onnx.ModelProto())
+
+
+def test_output_that_nothing_produces_is_rejected():
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                          [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1])])
+    with pytest.raises(ModelError, match="'z' is not produced"):
+        build_graph(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
