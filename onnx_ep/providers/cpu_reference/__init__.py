@@ -16,17 +16,23 @@ NAME = "cpu_reference"
 
 #: op-family modules of this package; each defines ``KERNELS: list[CpuKernel]``.
 MODULES: tuple[str, ...] = (
+    "activation",
+    "cast",
+    "control_flow",
+    "conv",
+    "elementwise",
     "gather_scatter",
     "gemm",
     "grid",
     "movement",
     "normalization",
+    "optional",
+    "pool",
     "reduce",
     "resize",
     "selection",
+    "sequence",
     "shape",
-    "conv",
-    "pool",
 )
 
 PROVIDER = Provider(name=NAME, device="cpu", priority=0,
