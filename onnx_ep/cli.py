@@ -1,0 +1,382 @@
+"""The ``onnx-ep`` command: run a model, list providers, run the built-in demo.
+
+Errors raised by onnx-ep (:mod:`onnx_ep.errors`) print one ``error: ...`` line
+on stderr and exit with status 2, like a usage error; anything else is a bug
+and keeps its traceback. Progress goes to stderr, results to stdout; ``--json``
+prints one JSON document and no progress.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from onnx_ep.errors import FeedError, OnnxEpError
+
+#: random integer inputs fall in [0, DEFAULT_INT_HIGH) unless they index a Gather table
+DEFAULT_INT_HIGH = 10
+
+
+# ---------------------------------------------------------------- shared: progress, outputs
+
+
+class _Progress:
+    """Progress lines on stderr, silent under --json; repeats are throttled to ~2 lines/s."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self._last = 0.0
+
+    def say(self, message: str) -> None:
+        if self.enabled:
+            print(message, file=sys.stderr, flush=True)
+
+    def tick(self, i: int, n: int) -> None:
+        now = time.perf_counter()
+        if self.enabled and (i == n or now - self._last >= 0.5):
+            self._last = now
+            self.say(f"run {i}/{n}")
+
+
+def _describe_output(name: str, value: Any) -> dict[str, Any]:
+    """Name, shape, dtype, sha256 (first 16 hex digits of the C-order bytes) and float sum."""
+    if not isinstance(value, np.ndarray):
+        return {"name": name, "shape": None, "dtype": type(value).__name__,
+                "sha256": hashlib.sha256(repr(value).encode()).hexdigest()[:16], "sum": None}
+    arr = np.ascontiguousarray(value)
+    data = repr(arr.tolist()).encode() if arr.dtype.kind in "OUS" else arr.tobytes()
+    try:
+        total: float | None = float(np.sum(arr, dtype=np.float64))
+    except (TypeError, ValueError):
+        total = None
+    return {"name": name, "shape": list(arr.shape), "dtype": str(arr.dtype),
+            "sha256": hashlib.sha256(data).hexdigest()[:16], "sum": total}
+
+
+def _timed_runs(sess: Any, feeds: Mapping[str, Any], repeat: int,
+                progress: _Progress) -> tuple[list[Any], dict[str, Any]]:
+    """One first run (which plans this shape signature), then ``repeat`` timed runs."""
+    progress.say("planning and first run...")
+    t0 = time.perf_counter()
+    outs = sess.run(None, feeds)
+    first = time.perf_counter() - t0
+    times = []
+    for i in range(repeat):
+        t0 = time.perf_counter()
+        sess.run(None, feeds)
+        times.append(time.perf_counter() - t0)
+        progress.tick(i + 1, repeat)
+    timing: dict[str, Any] = {"first_run_ms": first * 1e3, "repeat": repeat}
+    if times:
+        timing["mean_ms"] = sum(times) / len(times) * 1e3
+        timing["min_ms"] = min(times) * 1e3
+    return outs, timing
+
+
+def _result(sess: Any, outs: Sequence[Any], timing: dict[str, Any],
+            load_s: float) -> dict[str, Any]:
+    return {"providers": sess.get_providers(), "placement": sess.placement_summary(),
+            "outputs": [_describe_output(o.name, v) for o, v in zip(sess.get_outputs(), outs)],
+            "timings": {"load_ms": load_s * 1e3, **timing}}
+
+
+def _print_result(res: dict[str, Any]) -> None:
+    placement = ", ".join(f"{p}: {n}" for p, n in res["placement"].items())
+    print(f"providers: {', '.join(res['providers'])} (nodes per provider: {placement})")
+    for o in res["outputs"]:
+        total = "n/a" if o["sum"] is None else f"{o['sum']:.6g}"
+        print(f"output {o['name']}: shape {o['shape']} {o['dtype']} "
+              f"sha256 {o['sha256']} sum {total}")
+    t = res["timings"]
+    print(f"load {t['load_ms']:.2f} ms; first run (incl. planning) {t['first_run_ms']:.2f} ms")
+    if t["repeat"]:
+        print(f"{t['repeat']} repeats: mean {t['mean_ms']:.3f} ms, min {t['min_ms']:.3f} ms")
+
+
+def _open_session(model: Any, providers: list[str] | None,
+                  progress: _Progress) -> tuple[Any, float]:
+    from onnx_ep import Session
+
+    progress.say("loading and placing the model...")
+    t0 = time.perf_counter()
+    sess = Session(model, providers=providers or None)
+    return sess, time.perf_counter() - t0
+
+
+# ---------------------------------------------------------------- run
+
+
+def _pair(text: str, what: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name or not value:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+    return name, value
+
+
+def _input_arg(text: str) -> tuple[str, str]:
+    return _pair(text, "NAME=FILE.npy")
+
+
+def _dim_arg(text: str) -> tuple[str, int]:
+    name, value = _pair(text, "NAME=INT")
+    if not value.isdigit():
+        raise argparse.ArgumentTypeError(f"--dim {name}: {value!r} is not a non-negative integer")
+    return name, int(value)
+
+
+def _load_inputs(pairs: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    feeds: dict[str, Any] = {}
+    for name, path in pairs:
+        try:
+            feeds[name] = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise FeedError(f"cannot read --input {name}={path}: {exc}; pass a .npy file "
+                            f"written by numpy.save", input_name=name) from exc
+    return feeds
+
+
+def _gather_table_rows(graph: Any) -> dict[str, int]:
+    """Inputs used as Gather indices into an initializer -> that table's size on the axis."""
+    rows: dict[str, int] = {}
+    for node in graph.nodes:
+        if node.op_type == "Gather" and len(node.inputs) == 2:
+            table = graph.initializers.get(node.inputs[0])
+            if table is not None:
+                axis = int(node.attrs.get("axis", 0))
+                n = int(table.shape[axis])
+                rows[node.inputs[1]] = min(n, rows.get(node.inputs[1], n))
+    return rows
+
+
+def _random_inputs(graph: Any, dims: Mapping[str, int], seed: int,
+                   skip: Sequence[str]) -> dict[str, np.ndarray]:
+    """A random array for every tensor input not in ``skip``; symbolic dims from ``dims`` or 1."""
+    from onnx_ep.core.dtypes import np_dtype
+
+    rng = np.random.default_rng(seed)
+    table_rows = _gather_table_rows(graph)
+    feeds: dict[str, np.ndarray] = {}
+    for v in graph.inputs:
+        if v.name in skip:
+            continue
+        if v.kind not in ("tensor", "unknown") or not v.elem_type:
+            raise FeedError(f"--random-inputs cannot make a value for input {v.name!r} of type "
+                            f"{v.type_str or 'unknown'}; pass it with --input", input_name=v.name)
+        shape = tuple(d if isinstance(d, int) else dims.get(str(d), 1)
+                      for d in (v.spec.shape if v.spec is not None else ()))
+        dtype = np_dtype(v.elem_type)
+        if dtype == np.bool_:
+            feeds[v.name] = rng.integers(0, 2, size=shape).astype(np.bool_)
+        elif dtype.kind in "iu":
+            high = table_rows.get(v.name, DEFAULT_INT_HIGH)
+            feeds[v.name] = rng.integers(0, high, size=shape).astype(dtype)
+        elif dtype.kind in "OUS":
+            feeds[v.name] = rng.integers(0, DEFAULT_INT_HIGH, size=shape).astype(str).astype(object)
+        else:
+            feeds[v.name] = rng.standard_normal(shape).astype(dtype)
+    return feeds
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    progress = _Progress(not args.json)
+    sess, load_s = _open_session(args.model, args.provider, progress)
+    feeds = _load_inputs(args.input)
+    known = {v.name for v in sess.graph.inputs}
+    if unknown := sorted(set(feeds) - known):
+        raise FeedError(f"--input names unknown input(s) {', '.join(unknown)}; the model's "
+                        f"inputs are: {', '.join(sorted(known)) or 'none'}",
+                        input_name=unknown[0])
+    if args.random_inputs:
+        feeds.update(_random_inputs(sess.graph, dict(args.dim), args.seed, skip=list(feeds)))
+    elif missing := sorted(known - set(feeds)):
+        raise FeedError(f"no value for input(s) {', '.join(missing)}; pass --input NAME=FILE.npy "
+                        f"or --random-inputs")
+    outs, timing = _timed_runs(sess, feeds, args.repeat, progress)
+    res = {"model": args.model, "inputs": [
+        {"name": k, "shape": list(np.shape(v)), "dtype": str(getattr(v, "dtype", type(v)))}
+        for k, v in feeds.items()], **_result(sess, outs, timing, load_s)}
+    if args.json:
+        print(json.dumps(res, indent=2))
+    else:
+        for i in res["inputs"]:
+            print(f"input {i['name']}: shape {i['shape']} {i['dtype']}")
+        _print_result(res)
+    return 0
+
+
+# ---------------------------------------------------------------- providers
+
+
+def providers_info() -> dict[str, Any]:
+    """Providers (available or why not), plugins, kernel counts and registration errors."""
+    from onnx_ep.plugins.manager import default_runtime
+
+    rt = default_runtime()
+    reg = rt.registry
+    counts = reg.kernel_counts()
+    providers = []
+    for p in sorted(reg.providers.values(), key=lambda p: -p.priority):
+        verdict = p.is_available()
+        providers.append({"name": p.name, "available": bool(verdict),
+                          "reason": "" if verdict else verdict.reason, "device": p.device,
+                          "priority": p.priority, "kernels": counts.get(p.name, 0),
+                          "plugin": reg.provider_plugin(p.name), "description": p.description})
+    return {"providers": providers, "plugins": list(rt.plugin_names),
+            "errors": [{"plugin": e.plugin, "message": str(e)} for e in rt.errors]}
+
+
+def cmd_providers(args: argparse.Namespace) -> int:
+    info = providers_info()
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    for p in info["providers"]:
+        state = "available" if p["available"] else f"unavailable: {p['reason']}"
+        print(f"{p['name']:<16} {state}; {p['kernels']} kernels; device {p['device']}; "
+              f"priority {p['priority']}; from plugin {p['plugin']}")
+    print(f"plugins: {', '.join(info['plugins']) or 'none'}")
+    for e in info["errors"]:
+        print(f"registration error: {e['message']}")
+    return 0
+
+
+# ---------------------------------------------------------------- demo
+
+
+def _compare_with_onnxruntime(model: Any, feeds: Mapping[str, np.ndarray],
+                              outs: Sequence[np.ndarray]) -> dict[str, Any] | None:
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return None
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    ref = sess.run(None, dict(feeds))
+    diff = max(float(np.max(np.abs(a.astype(np.float64) - b))) for a, b in zip(outs, ref))
+    return {"version": ort.__version__, "max_abs_diff": diff}
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from onnx_ep.demo import build_demo_model, demo_feeds
+
+    progress = _Progress(not args.json)
+    progress.say("building demo model...")
+    model = build_demo_model(seq=max(args.seq, 16))
+    sess, load_s = _open_session(model, args.provider, progress)
+    feeds = demo_feeds(batch=args.batch, seq=args.seq)
+    outs, timing = _timed_runs(sess, feeds, args.repeat, progress)
+    res = {"model": "demo transformer (2 layers, d_model 64, 4 heads, vocab 256)",
+           "inputs": [{"name": "input_ids", "shape": [args.batch, args.seq], "dtype": "int64"}],
+           **_result(sess, outs, timing, load_s)}
+    progress.say("comparing with onnxruntime CPU...")
+    res["onnxruntime"] = _compare_with_onnxruntime(model, feeds, outs)
+    if args.json:
+        print(json.dumps(res, indent=2))
+        return 0
+    print(res["model"])
+    _print_result(res)
+    ort_res = res["onnxruntime"]
+    if ort_res is None:
+        print("onnxruntime: not installed, comparison skipped")
+    else:
+        print(f"onnxruntime {ort_res['version']} CPU: max abs diff "
+              f"{ort_res['max_abs_diff']:.3g}")
+    return 0
+
+
+# ---------------------------------------------------------------- parser
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return int(text)
+
+
+def _non_negative(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return int(text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from onnx_ep import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="onnx-ep", description="Run ONNX models through pluggable execution providers.",
+        epilog="Errors print 'error: ...' on stderr and exit with status 2.")
+    parser.add_argument("--version", action="version", version=f"onnx-ep {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def common(p: argparse.ArgumentParser, repeat: int) -> None:
+        p.add_argument("--provider", action="append", default=[], metavar="P",
+                       help="provider to use, in priority order (repeatable; default: every "
+                            "available provider, best first)")
+        p.add_argument("--repeat", type=_non_negative, default=repeat, metavar="N",
+                       help=f"timed runs after the first run (default: {repeat})")
+        p.add_argument("--json", action="store_true",
+                       help="print one JSON document on stdout and no progress on stderr")
+
+    run = sub.add_parser(
+        "run", help="run a model and print each output's shape, dtype and checksum",
+        description="Run MODEL and print, per output, its shape, dtype, the first 16 hex "
+                    "digits of the sha256 of its bytes and its sum; then the load time, the "
+                    "first run's time (which includes planning) and the mean/min of the "
+                    "repeats.")
+    run.add_argument("model", metavar="MODEL", help="path of an .onnx file")
+    run.add_argument("--input", action="append", default=[], type=_input_arg,
+                     metavar="NAME=FILE.npy", help="feed input NAME from a .npy file (repeatable)")
+    run.add_argument("--random-inputs", action="store_true",
+                     help="random values for inputs not given with --input: floats ~ N(0, 1); "
+                          "integers in [0, rows) when they index a Gather table, else [0, "
+                          f"{DEFAULT_INT_HIGH}); symbolic dims are 1 unless set with --dim")
+    run.add_argument("--dim", action="append", default=[], type=_dim_arg, metavar="NAME=INT",
+                     help="value of a symbolic dim for --random-inputs (repeatable)")
+    run.add_argument("--seed", type=int, default=0, help="seed for --random-inputs (default: 0)")
+    common(run, repeat=3)
+    run.set_defaults(func=cmd_run)
+
+    prov = sub.add_parser("providers", help="list providers, plugins and kernel counts",
+                          description="List every registered provider (available, or why "
+                                      "not), its kernel count, the loaded plugins and any "
+                                      "plugin registration errors.")
+    prov.add_argument("--json", action="store_true", help="print JSON")
+    prov.set_defaults(func=cmd_providers)
+
+    demo = sub.add_parser(
+        "demo", help="run the built-in demo transformer (no download)",
+        description="Build a small transformer in memory (onnx_ep.demo), run it like 'run' "
+                    "does and, when onnxruntime is importable, print the max abs difference "
+                    "from onnxruntime CPU.")
+    demo.add_argument("--batch", type=_positive, default=1, help="batch size (default: 1)")
+    demo.add_argument("--seq", type=_positive, default=16, help="sequence length (default: 16)")
+    common(demo, repeat=10)
+    demo.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``onnx-ep``; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except OnnxEpError as exc:
+        first, *rest = str(exc).strip().splitlines() or [type(exc).__name__]
+        print(f"error: {first}", file=sys.stderr)
+        for line in rest:   # e.g. an NVRTC compiler log
+            print(f"  {line}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
