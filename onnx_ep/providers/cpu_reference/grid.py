@@ -74,7 +74,8 @@ class GridSample(CpuKernel):
             if mode == "nearest":
                 c = np.rint(c)  # round half to even, as PyTorch and the spec do
             lo, hi = (0.0, d - 1.0) if align else (-0.5, d - 0.5)
-            if padding == "border":
+            if padding == "border" and mode != "cubic":
+                # Bicubic clamps each neighbour instead (PyTorch / onnxruntime semantics).
                 c = np.clip(c, 0, d - 1)
             elif padding == "reflection":
                 c = _reflect(c, lo, hi)
