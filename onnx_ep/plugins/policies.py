@@ -73,6 +73,12 @@ class WeightStore:
         total = sum(self._sizes.values())
         if window_bytes is None:
             window_bytes = min(total, max(need, authority.available // 2))
+            if window_bytes > authority.available:
+                raise CapacityUnavailable(
+                    f"{holder}: one step reads {need} weight bytes at once but only "
+                    f"{authority.available} bytes of the {authority.budget}-byte budget on "
+                    f"{authority.device} are free for the streaming window; raise memory_limit",
+                    requested=need, available=authority.available, holder=holder)
         if window_bytes < need:
             raise CapacityUnavailable(
                 f"{holder}: one step reads {need} weight bytes at once but the streaming "

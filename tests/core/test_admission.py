@@ -1,0 +1,143 @@
+"""Admission through the Session: refusals before work, races, release on error and cancel."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import onnx_ep
+from onnx_ep import RunOptions, SessionOptions
+from onnx_ep.core.memory import authority_for
+from onnx_ep.errors import CapacityUnavailable, NodeError, RunCancelled, TierExhausted
+from tests.helpers.memory import ScratchKernel, ScratchPlugin, scratch_model
+
+
+def _session(kernel: ScratchKernel, limit: int, **opts) -> onnx_ep.Session:
+    return onnx_ep.Session(scratch_model(), plugins=[ScratchPlugin(kernel)],
+                           options=SessionOptions(memory_limit=limit, **opts))
+
+
+def test_run_that_can_never_fit_is_refused_before_any_step():
+    k = ScratchKernel()
+    s = _session(k, limit=1 << 16)
+    with pytest.raises(CapacityUnavailable) as e:
+        s.run(None, {"x": np.ones(1 << 15, np.float32)})    # 128 KiB of scratch
+    assert k.calls == 0
+    assert e.value.http_status == 429 and e.value.requested > 1 << 16
+    assert s.resources()["committed"] == authority_for("cpu", 1 << 16).committed
+    (y,) = s.run(None, {"x": np.ones(16, np.float32)})     # the session is still usable
+    np.testing.assert_array_equal(y, np.full(16, 2, np.float32))
+
+
+def test_two_sessions_racing_for_one_budget_never_over_commit():
+    limit = 64 * 1024
+    gate = threading.Event()
+    ka, kb = ScratchKernel(), ScratchKernel()
+    ka.gate = gate
+    sa, sb = _session(ka, limit), _session(kb, limit)
+    x = np.ones(12 * 1024, np.float32)       # 48 KiB of scratch per run: one fits, two do not
+    authority = authority_for("cpu", limit)
+    errors: list[BaseException] = []
+
+    def run_a() -> None:
+        try:
+            sa.run(None, {"x": x})
+        except BaseException as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=run_a)
+    t.start()
+    assert ka.started.wait(10)
+    assert authority.committed <= authority.budget
+    with pytest.raises(TierExhausted) as e:
+        sb.run(None, {"x": x})
+    assert kb.calls == 0 and e.value.available < e.value.requested
+    gate.set()
+    t.join()
+    assert not errors
+    (y,) = sb.run(None, {"x": x})            # fits once A has released its reservations
+    np.testing.assert_array_equal(y, x * 2)
+    assert authority.peak_committed <= authority.budget
+
+
+def test_kernel_failure_releases_every_step_reservation():
+    k = ScratchKernel()
+    s = _session(k, limit=1 << 20)
+    authority = authority_for("cpu", 1 << 20)
+    baseline = authority.committed
+    k.fail = True
+    with pytest.raises(NodeError, match="injected kernel failure"):
+        s.run(None, {"x": np.ones(1024, np.float32)})
+    assert authority.committed == baseline
+    k.fail = False
+    s.run(None, {"x": np.ones(1024, np.float32)})
+    assert authority.committed == baseline
+
+
+def test_cancelled_run_releases_every_step_reservation():
+    k = ScratchKernel()
+    s = _session(k, limit=1 << 21)
+    authority = authority_for("cpu", 1 << 21)
+    baseline = authority.committed
+    opts = RunOptions()
+    k.gate = threading.Event()
+    result: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            s.run(None, {"x": np.ones(4096, np.float32)}, run_options=opts)
+        except BaseException as exc:
+            result.append(exc)
+
+    t = threading.Thread(target=run)
+    t.start()
+    assert k.started.wait(10)
+    assert authority.committed > baseline     # the run holds its reservations mid-way
+    opts.terminate = True
+    k.gate.set()
+    t.join()
+    # the model has one step; use a two-step model to see cancellation between steps
+    assert authority.committed == baseline
+    assert not result or isinstance(result[0], RunCancelled)
+
+
+def test_cancellation_between_steps_raises_and_releases():
+    from tests.helpers.models import add_chain_model
+
+    s = onnx_ep.Session(add_chain_model(5), options=SessionOptions(memory_limit=1 << 22))
+    authority = authority_for("cpu", 1 << 22)
+    baseline = authority.committed
+    with pytest.raises(RunCancelled, match="before step 0"):
+        s.run(None, {"x": np.ones(1, np.float32)}, run_options=RunOptions(terminate=True))
+    assert authority.committed == baseline
+    (y,) = s.run(None, {"x": np.ones(1, np.float32)})
+    assert y[0] == 6
+
+
+def test_headroom_admission_keeps_a_fraction_free():
+    k = ScratchKernel()
+    limit = 64 * 1024
+    x = np.ones(14 * 1024, np.float32)        # 56 KiB of scratch of a 64 KiB budget
+    s_strict = _session(k, limit)
+    s_strict.run(None, {"x": x})
+    s_head = _session(ScratchKernel(), limit, admission="headroom", headroom_fraction=0.25)
+    with pytest.raises(CapacityUnavailable, match="headroom"):
+        s_head.run(None, {"x": x})
+
+
+def test_session_persistent_workspace_grows_through_a_grant_and_is_kept():
+    from onnx_ep import WorkspaceLifetime
+
+    k = ScratchKernel(lifetime=WorkspaceLifetime.SESSION_PERSISTENT)
+    s = _session(k, limit=1 << 23)
+    s.run(None, {"x": np.ones(256, np.float32)})
+    held_small = s.resources()["ledger"]["by_holder"][s.holder]["workspace_session"]
+    s.run(None, {"x": np.ones(4096, np.float32)})
+    held_big = s.resources()["ledger"]["by_holder"][s.holder]["workspace_session"]
+    assert held_small == 1024 and held_big == 4096 * 4
+    s.run(None, {"x": np.ones(256, np.float32)})       # a smaller run reuses the slot
+    assert s.resources()["ledger"]["by_holder"][s.holder]["workspace_session"] == held_big
+    s.close()
+    assert s.holder not in authority_for("cpu", 1 << 23).ledger()["by_holder"]

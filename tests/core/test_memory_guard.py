@@ -1,0 +1,59 @@
+"""Source scan: nothing allocates device, arena or workspace memory outside the allocator modules."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import onnx_ep
+
+PACKAGE = Path(onnx_ep.__file__).parent
+#: the only modules allowed to create device / arena / workspace / weight-window buffers
+ALLOCATOR_MODULES = {"core/memory.py", "providers/cuda/allocator.py"}
+DEVICE_ALLOCATORS = {"cuMemAlloc", "cuMemAlloc_v2", "cuMemAllocAsync", "cuMemCreate",
+                     "cuMemAllocManaged", "cuMemAllocHost", "cudaMalloc", "cuMemAllocPitch"}
+HOST_BUFFER_CALLS = {"empty", "zeros", "ones", "full", "bytearray", "empty_like", "zeros_like"}
+#: core and plugin modules must take host buffers from core/memory.allocate_host
+GOVERNED_DIRS = ("core/", "plugins/")
+#: reviewed exceptions, each with its reason
+ALLOWED = {("core/graph.py", "zeros"): "densifies a sparse initializer at load; the result "
+                                       "is a weight, reserved as WEIGHTS by the session"}
+
+
+def _calls(path: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+            out.append((node.lineno, name))
+    return out
+
+
+def _modules() -> list[tuple[str, Path]]:
+    return sorted((p.relative_to(PACKAGE).as_posix(), p) for p in PACKAGE.rglob("*.py"))
+
+
+def test_no_device_allocation_outside_the_allocator():
+    offenders = [f"{rel}:{line} calls {name}"
+                 for rel, path in _modules() if rel not in ALLOCATOR_MODULES
+                 for line, name in _calls(path) if name in DEVICE_ALLOCATORS]
+    assert not offenders, "device memory must be allocated through the allocator: " + \
+        "; ".join(offenders)
+
+
+def test_core_and_plugins_take_host_buffers_from_the_authority():
+    offenders = [f"{rel}:{line} calls {name}"
+                 for rel, path in _modules()
+                 if rel.startswith(GOVERNED_DIRS) and rel not in ALLOCATOR_MODULES
+                 for line, name in _calls(path)
+                 if name in HOST_BUFFER_CALLS and (rel, name) not in ALLOWED]
+    assert not offenders, "use onnx_ep.core.memory.allocate_host: " + "; ".join(offenders)
+
+
+def test_the_scan_sees_an_offender(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import numpy as np\nbuf = np.empty(10)\nptr = driver.cuMemAlloc(10)\n")
+    names = {n for _, n in _calls(bad)}
+    assert "empty" in names and "cuMemAlloc" in names
