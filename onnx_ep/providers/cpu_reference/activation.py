@@ -22,7 +22,7 @@ from onnx_ep.providers.cpu_reference.elementwise import (
     SIGNED,
     check_dtype,
 )
-from onnx_ep.providers.cpu_reference.numerics import erf, is_float, round_from_float64
+from onnx_ep.providers.cpu_reference.numerics import erfc, is_float, round_from_float64
 
 
 def f32(value: float) -> float:
@@ -74,7 +74,8 @@ def _gelu(x: np.ndarray, a: Attrs) -> np.ndarray:
     if approximate == "tanh":
         inner = np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)
         return 0.5 * x * (1.0 + np.tanh(inner))
-    return 0.5 * x * (1.0 + erf(x / np.sqrt(2.0)))
+    # x * Phi(x) through erfc: 1 + erf(x) cancels for x << 0
+    return 0.5 * x * erfc(-x / np.sqrt(2.0))
 
 
 def _shrink(x: np.ndarray, a: Attrs) -> np.ndarray:
