@@ -74,7 +74,10 @@ def _mean(x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
         if n == 0:
             return s
         return (np.sign(s) * (np.abs(s) // n)).astype(x.dtype)
-    return np.mean(x, axis=axes, keepdims=keep, dtype=x.dtype)
+    n = int(np.prod([x.shape[a] for a in axes]))
+    # sum / count rather than np.mean: an empty set gives NaN without a warning
+    with np.errstate(invalid="ignore"):
+        return _sum(x, axes, keep) / x.dtype.type(n)
 
 
 def _l1(x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
