@@ -181,8 +181,10 @@ class Pad(CpuKernel):
         for a, (b, e) in enumerate(width):
             if (b or e) and x.shape[a] == 0:
                 raise self.fail(ctx, f"mode {mode!r} cannot pad axis {a}, which is empty")
-            if mode == "reflect" and (b or e) and x.shape[a] == 1:
-                raise self.fail(ctx, f"mode 'reflect' cannot pad axis {a} of size 1")
+            if mode == "reflect" and max(b, e) > x.shape[a] - 1:
+                # A reflection cannot reach further than the axis itself (as onnxruntime).
+                raise self.fail(ctx, f"mode 'reflect' pads ({b}, {e}) exceed the maximum "
+                                     f"{x.shape[a] - 1} for axis {a} of size {x.shape[a]}")
         return np.pad(x, width, mode=_PAD_MODES[mode])
 
 

@@ -36,8 +36,8 @@ class Compress(CpuKernel):
 class NonZero(CpuKernel):
     def run(self, ctx: ExecutionContext, data: np.ndarray) -> np.ndarray:
         if data.ndim == 0:
-            # No coordinates to report: shape (0, 1) for a nonzero scalar, (0, 0) otherwise.
-            return np.zeros((0, int(bool(data.reshape(())))), dtype=np.int64)
+            # onnxruntime (and numpy 1.x) treat a scalar as a 1-element vector: (1, nnz).
+            data = data.reshape(1)
         mask = data != "" if data.dtype == object else data.astype(bool)
         return np.array(np.nonzero(mask), dtype=np.int64).reshape(data.ndim, -1)
 

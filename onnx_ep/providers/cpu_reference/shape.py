@@ -115,7 +115,8 @@ class Flatten(CpuKernel):
 class Squeeze(CpuKernel):
     def run(self, ctx: ExecutionContext, data: np.ndarray, axes: Any = None) -> np.ndarray:
         ax = axes_arg(ctx, axes, 13)
-        if ax is None:
+        if not ax:
+            # An empty axes input means "all unit dims", as when axes are omitted (ORT).
             return data.reshape([d for d in data.shape if d != 1])
         ax = normalize_axes(ctx, ax, data.ndim)
         for a in ax:
@@ -155,7 +156,7 @@ class Transpose(CpuKernel):
         if sorted(perm) != list(range(data.ndim)):
             raise self.fail(ctx, f"perm {perm} is not a permutation of "
                                  f"0..{data.ndim - 1} (input shape {data.shape})")
-        return np.ascontiguousarray(np.transpose(data, perm))
+        return np.transpose(data, perm).copy()
 
 
 class Identity(CpuKernel):

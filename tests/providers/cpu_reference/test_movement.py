@@ -165,3 +165,9 @@ def test_reverse_sequence_with_too_long_length_raises_node_error() -> None:
 def test_trilu_matches_ort(upper: int, k: int) -> None:
     feeds = {"x": _x(2, 4, 5), "k": np.array(k, I64)}
     assert_matches_ort(node_model("Trilu", feeds, upper=upper), feeds)
+
+
+def test_pad_reflect_beyond_the_axis_raises_node_error() -> None:
+    feeds = {"x": _x(3), "p": np.array([3, 0], I64)}
+    with pytest.raises(NodeError, match="exceed the maximum 2"):
+        run_ours(node_model("Pad", feeds, mode="reflect"), feeds)

@@ -52,3 +52,9 @@ def test_unique_of_strings_is_sorted_by_value() -> None:
     assert y.tolist() == ["a", "b", "c"]
     assert first.tolist() == [1, 0, 3] and inverse.tolist() == [1, 0, 1, 2]
     assert counts.tolist() == [1, 2, 1]
+
+
+def test_nonzero_of_scalar_is_treated_as_one_element_vector() -> None:
+    x = np.array(3.0, np.float32)
+    out = run_ours(node_model("NonZero", {"x": x}), {"x": x})[0]
+    np.testing.assert_array_equal(out, np.zeros((1, 1), np.int64))

@@ -172,3 +172,15 @@ def test_range_with_zero_delta_raises_node_error() -> None:
     feeds = {"a": np.array(0, I64), "b": np.array(3, I64), "c": np.array(0, I64)}
     with pytest.raises(NodeError, match="delta"):
         run_ours(node_model("Range", feeds), feeds)
+
+
+def test_scalar_transpose_and_reshape_keep_rank_zero() -> None:
+    x = np.array(2.5, np.float32)
+    assert_matches_ort(node_model("Transpose", {"x": x}), {"x": x})
+    feeds = {"x": np.array([2.5], np.float32), "s": np.zeros(0, I64)}
+    assert_matches_ort(node_model("Reshape", feeds), feeds)
+
+
+def test_squeeze_with_empty_axes_input_squeezes_all_unit_dims() -> None:
+    feeds = {"x": _x(1, 2, 1), "a": np.zeros(0, I64)}
+    assert_matches_ort(node_model("Squeeze", feeds), feeds)
