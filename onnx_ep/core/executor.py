@@ -74,7 +74,7 @@ class Executor:
                     outs: list[Any] = [step.call(args[0], None)]
                 else:
                     outs = [None] * len(step.out_slots)
-                    ctx = step.ctx if not step.scope_slots else self._scoped_ctx(step, env)
+                    ctx = step.ctx if not step.has_subgraphs else self._scoped_ctx(step, env)
                     ws = workspaces[i] if workspaces is not None else None
                     step.call(ctx, args, outs, ws)
                 for s, v in zip(step.out_slots, outs):

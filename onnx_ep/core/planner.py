@@ -47,6 +47,8 @@ class Step:
     copy: CopyStep | None = None
     #: slots of the outer-scope values its subgraphs read (control flow nodes)
     scope_slots: tuple[tuple[str, int], ...] = ()
+    #: the node has subgraphs: it gets a per-call context with ``run_subgraph``
+    has_subgraphs: bool = False
     #: initializer slots this step reads (paged in first under weight streaming)
     const_reads: tuple[int, ...] = ()
 
@@ -120,7 +122,8 @@ def build_program(graph: Graph, placement: Placement) -> Program:
         scope = tuple((n, slot_of[n]) for n in s.node.implicit_inputs)
         steps.append(Step(KERNEL, s.node.name, s.kernel.execute_with_workspace, ctx,
                           ins[:n_explicit], outs, tuple(frees_at[i]), placed=s,
-                          scope_slots=scope, const_reads=const_reads))
+                          scope_slots=scope, const_reads=const_reads,
+                          has_subgraphs=bool(s.node.subgraphs)))
     return Program(graph, placement, steps, len(slot_of), slot_of, input_slots,
                    outer_slots, output_slots, constants)
 

@@ -41,6 +41,7 @@ from onnx_ep.plugins.policies import WeightStore
 from onnx_ep.plugins.manager import Runtime, runtime_for
 
 log = logging.getLogger("onnx_ep")
+_MISSING: Any = object()
 _session_ids = itertools.count(1)
 
 
@@ -246,7 +247,7 @@ class Session:
         if not isinstance(feeds, Mapping):
             raise FeedError(f"feeds must be a dict of input name -> numpy array, got "
                             f"{type(feeds).__name__}")
-        arrays: list[Any] = [None] * len(self._input_values)
+        arrays: list[Any] = [_MISSING] * len(self._input_values)
         for name, value in feeds.items():
             idx = self._input_index.get(name)
             if idx is None:
@@ -255,8 +256,13 @@ class Session:
                                 input_name=name)
             arrays[idx] = value
         sig: list[Any] = []
-        for v, a in zip(self._input_values, arrays):
-            if a is None:
+        for i, (v, a) in enumerate(zip(self._input_values, arrays)):
+            if isinstance(a, np.generic):       # numpy scalars are 0-d tensors
+                a = arrays[i] = np.asarray(a)
+            if a is None and v.kind == "optional":
+                sig.append((None, None))        # an empty optional
+                continue
+            if a is _MISSING or a is None:
                 raise FeedError(f"missing feed for input {v.name!r} (expected "
                                 f"{_describe(v)})", input_name=v.name,
                                 expected=_describe(v))
