@@ -355,7 +355,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "does and, when onnxruntime is importable, print the max abs difference "
                     "from onnxruntime CPU.")
     demo.add_argument("--batch", type=_positive, default=1, help="batch size (default: 1)")
-    demo.add_argument("--seq", type=_positive, default=16, help="sequence length (default: 16)")
+    demo.add_argument("--seq", type=_positive, default=16,
+                      help="sequence length (default: 16); above 16 the model is built with "
+                           "that many positions, so its weights differ")
     common(demo, repeat=10)
     demo.set_defaults(func=cmd_demo)
     return parser
