@@ -1,0 +1,155 @@
+"""cpu_reference Cast / CastLike against onnxruntime, the float8/e8m0 rules, NodeErrors."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T
+from onnx import helper
+
+from onnx_ep.errors import NodeError
+from onnx_ep.providers.cpu_reference.cast import cast, to_e8m0
+from tests.helpers.oracle import (
+    ORACLE_IR_VERSION,
+    assert_matches_ort,
+    node_model,
+    run_ort,
+    run_ours,
+)
+
+RNG = np.random.default_rng(5)
+
+SPECIALS = np.array([0.1, -300, 1e6, -1e6, np.inf, -np.inf, np.nan, 1e-9, -0.0, 3.3,
+                     0.47892547, 57344, 500, 2.5, -2.5], np.float32)
+
+NUMERIC = [T.FLOAT, T.DOUBLE, T.FLOAT16, T.INT8, T.UINT8, T.INT16, T.INT32, T.INT64,
+           T.UINT32, T.BOOL]
+
+
+@pytest.mark.parametrize("src", [np.float32, np.float64, np.int32, np.int64, np.uint8,
+                                 np.bool_])
+def test_numeric_casts_match_ort(src: type) -> None:
+    if np.dtype(src).kind == "f":
+        x = (RNG.standard_normal(24) * 100).astype(src)
+    else:
+        x = RNG.integers(0 if src in (np.uint8, np.bool_) else -300, 300, 24).astype(src)
+    for to in NUMERIC:
+        assert_matches_ort(node_model("Cast", {"x": x}, to=to), {"x": x})
+
+
+def test_integer_narrowing_wraps_like_twos_complement() -> None:
+    x = np.array([200, -129, 65535, 7], np.int32)
+    y = run_ours(node_model("Cast", {"x": x}, to=T.INT8), {"x": x})[0]
+    np.testing.assert_array_equal(y, [-56, 127, -1, 7])
+
+
+def _roundtrip_model(to: int, saturate: int | None) -> onnx.ModelProto:
+    """float -> ``to`` -> float: onnxruntime cannot take or return float8 arrays."""
+    attrs = {} if saturate is None else {"saturate": saturate}
+    nodes = [helper.make_node("Cast", ["x"], ["m"], to=to, **attrs),
+             helper.make_node("Cast", ["m"], ["y"], to=T.FLOAT)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, None)],
+                              [helper.make_tensor_value_info("y", T.FLOAT, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)],
+                             ir_version=ORACLE_IR_VERSION)
+
+
+@pytest.mark.parametrize("to", [T.FLOAT8E4M3FN, T.FLOAT8E4M3FNUZ, T.FLOAT8E5M2,
+                                T.FLOAT8E5M2FNUZ])
+@pytest.mark.parametrize("saturate", [1, 0])
+def test_float8_casts_match_ort_with_and_without_saturation(to: int, saturate: int) -> None:
+    x = np.concatenate([SPECIALS, (RNG.standard_normal(40) * 50).astype(np.float32)])
+    model = _roundtrip_model(to, saturate)
+    np.testing.assert_array_equal(run_ours(model, {"x": x})[0], run_ort(model, {"x": x})[0])
+
+
+def test_float8_e5m2_unsaturated_tie_above_max_rounds_to_inf() -> None:
+    # 61440 lies halfway between max 57344 and 2^16; ties-to-even gives 2^16 -> +inf, as
+    # the spec's "[x] > FLT_MAX -> Inf" says (onnxruntime 1.32 returns NaN here).
+    x = np.array([61440.0, -61440.0], np.float32)
+    y = cast(x, np.dtype(ml_dtypes.float8_e5m2), saturate=False)
+    np.testing.assert_array_equal(y.astype(np.float32), [np.inf, -np.inf])
+
+
+@pytest.mark.parametrize("to", [T.BFLOAT16, T.INT4, T.UINT4])
+def test_bfloat16_and_4bit_casts_match_ort(to: int) -> None:
+    x = np.concatenate([SPECIALS, np.arange(-9, 17, dtype=np.float32)])
+    if to != T.BFLOAT16:
+        # float -> int4 truncates toward zero like every float -> int cast; onnxruntime
+        # rounds halves away from zero for int4 only, so compare on integral values
+        x = x[np.isfinite(x) & (x == np.trunc(x))]
+    model = _roundtrip_model(to, None)
+    np.testing.assert_array_equal(run_ours(model, {"x": x})[0], run_ort(model, {"x": x})[0])
+
+
+def test_double_to_bfloat16_rounds_once() -> None:
+    x = np.array([1 + 2**-8 + 2**-40, 1 + 2**-8], np.float64)
+    y = cast(x, np.dtype(ml_dtypes.bfloat16)).astype(np.float64)
+    np.testing.assert_array_equal(y, [1 + 2**-7, 1.0])
+
+
+def test_e8m0_round_modes_and_saturation() -> None:
+    x = np.array([0.0, 0.124, 0.25, 0.375, 1.1, 1.5, 3.0, np.nan, np.inf, 1e39, 1e-40])
+    def powers(y: np.ndarray) -> list:
+        return np.log2(y.astype(np.float64)).tolist()
+    up = to_e8m0(x, saturate=True, round_mode="up")
+    assert powers(up)[:7] == [-127, -3, -2, -1, 1, 1, 2]
+    assert np.isnan(up.astype(np.float32)[7])
+    assert powers(up)[8:] == [127, 127, -127]  # below range saturates to 2^-127
+    assert powers(to_e8m0(x[1:7], saturate=True, round_mode="down")) == [-4, -2, -2, 0, 0, 1]
+    assert powers(to_e8m0(x[1:7], saturate=True, round_mode="nearest")) == [-3, -2, -1, 0, 1, 2]
+    loose = to_e8m0(x, saturate=False, round_mode="nearest").astype(np.float32)
+    assert np.isnan(loose[[0, 7, 8, 9]]).all()
+
+
+def test_float_to_string_is_written_like_ort() -> None:
+    x = np.array([0.1, 1e-7, 1e10, np.nan, np.inf, -np.inf, 3.0, -0.0, 0.33333333], np.float32)
+    for feeds in ({"x": x}, {"x": x.astype(np.float64)}, {"x": np.array([1, -5, 2**40])},
+                  {"x": np.array([True, False])}):
+        model = node_model("Cast", feeds, to=T.STRING)
+        assert run_ours(model, feeds)[0].tolist() == run_ort(model, feeds)[0].tolist()
+
+
+def test_string_to_numbers_matches_ort() -> None:
+    s = np.array(["1.5", "-INF", "inf", "NaN", "+INF", "1e-5", " 7", "-0"], dtype=object)
+    for to in (T.FLOAT, T.DOUBLE, T.FLOAT16):
+        assert_matches_ort(node_model("Cast", {"x": s}, to=to), {"x": s})
+    ints = np.array(["100", "-5", "0", "2147483647"], dtype=object)
+    for to in (T.INT32, T.INT64, T.UINT8, T.BOOL):
+        assert_matches_ort(node_model("Cast", {"x": ints}, to=to), {"x": ints})
+
+
+def test_castlike_takes_the_dtype_of_its_second_input() -> None:
+    feeds = {"x": SPECIALS[np.isfinite(SPECIALS)], "like": np.zeros(1, np.float16)}
+    assert_matches_ort(node_model("CastLike", feeds), feeds)
+    feeds = {"x": np.array([1.7, -2.2], np.float64), "like": np.zeros((), np.int32)}
+    assert_matches_ort(node_model("CastLike", feeds), feeds)
+
+
+def test_legacy_string_to_attribute() -> None:
+    x = np.array([1.5, -2.5], np.float32)
+    y = run_ours(node_model("Cast", {"x": x}, opset=5, to="INT32"), {"x": x})[0]
+    assert y.dtype == np.int32 and y.tolist() == [1, -2]
+
+
+def test_unknown_target_type_raises_node_error() -> None:
+    x = np.ones(2, np.float32)
+    model = node_model("Cast", {"x": x}, to=T.FLOAT)
+    model.graph.node[0].attribute[0].i = 99
+    with pytest.raises(NodeError, match="to=99 is not a known ONNX element type"):
+        run_ours(model, {"x": x})
+
+
+def test_unparsable_string_raises_node_error() -> None:
+    s = np.array(["12", "twelve"], dtype=object)
+    with pytest.raises(NodeError, match="cannot cast"):
+        run_ours(node_model("Cast", {"x": s}, to=T.FLOAT), {"x": s})
+
+
+def test_bad_round_mode_raises_node_error() -> None:
+    x = np.ones(2, np.float32)
+    model = node_model("Cast", {"x": x}, to=T.FLOAT8E8M0, round_mode="sideways", opset=24)
+    with pytest.raises(NodeError, match="round_mode"):
+        run_ours(model, {"x": x})
