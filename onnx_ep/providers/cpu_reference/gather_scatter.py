@@ -1,8 +1,8 @@
 """Indexing ops: Gather, GatherElements, GatherND, Scatter, ScatterElements, ScatterND, OneHot.
 
 Parity: EXACT. Gathers copy values; scatter reductions apply numpy's ufunc
-``at`` in index order, in the data dtype (narrow ml_dtypes floats go through
-float32 and are rounded once per reduction step's result, see :func:`_scatter`).
+``at`` in index order, in the data dtype (ml_dtypes floats such as bfloat16
+have no ufunc loops: they reduce in float32 and round once at the end).
 
 Index inputs accept ``[-n, n-1]`` per the spec; anything outside raises a
 NodeError (numpy would otherwise wrap or raise IndexError).
