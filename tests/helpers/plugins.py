@@ -1,4 +1,4 @@
-"""Building blocks for plugin tests: plain kernels, in-process plugins, fake installed distributions."""
+"""Building blocks for plugin tests: plain kernels, in-process plugins, fake dist-infos."""
 
 from __future__ import annotations
 

@@ -19,6 +19,7 @@ from onnx_ep.core.admission import AdmissionDecision
 from onnx_ep.errors import OnnxEpWarning, TierExhausted
 from onnx_ep.plugins import hookspecs, manager
 from onnx_ep.plugins.policies import POLICY_ENV
+from tests.helpers.oracle import node_model
 from tests.helpers.plugins import TEST_DOMAIN, KernelPlugin, PlainKernel, custom_model
 
 HOOKS = sorted(name for name, fn in inspect.getmembers(hookspecs, inspect.isfunction)
@@ -134,7 +135,6 @@ class PolicyPlugin:
 
 def _weighted_model() -> Any:
     w = np.ones((3,), np.float32)
-    from tests.helpers.oracle import node_model
     return node_model("Add", {"x": np.zeros(3, np.float32), "w": w}, initializers={"w": w})
 
 

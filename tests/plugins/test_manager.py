@@ -6,6 +6,7 @@ the built-in cpu_reference keep every registration.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 
 import onnx_ep
-from onnx_ep import NoKernelError, OpKey, Parity, PluginError, Provider, Support
+from onnx_ep import NoKernelError, OpKey, Parity, PluginError, Provider
 from onnx_ep.errors import KernelConflictError, KernelContractError
 from onnx_ep.plugins import manager
 from tests.helpers.plugins import (
@@ -215,8 +216,8 @@ def test_duplicate_kernel_across_plugins_is_a_conflict_and_one_copy_survives():
     runtime = manager.build_runtime([first, second], entry_points=False)
     (err,) = runtime.errors
     assert isinstance(err, KernelConflictError)
-    assert {err.plugin, *(p for p in ("first", "second") if f"'{p}'" in str(err))} == {
-        "first", "second"}                       # names the loser and the holder
+    assert err.plugin in {"first", "second"}
+    assert "'first'" in str(err) and "'second'" in str(err)   # the loser and the holder
     assert [e.plugin for e in runtime.registry.entries("cpu_reference")
             if e.kernel.key == KEY] in (["first"], ["second"])
 
@@ -400,7 +401,7 @@ def test_entry_point_plugins_are_named_after_the_entry_point(tmp_path: Path,
         "    raise RuntimeError('entry point plugin bug')\n", encoding="utf-8")
     write_dist_info(tmp_path, "ep-plugin", {"shortname": "ep_plugin_for_onnx_ep_tests"})
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(__import__("sys").modules, "ep_plugin_for_onnx_ep_tests", raising=False)
+    monkeypatch.delitem(sys.modules, "ep_plugin_for_onnx_ep_tests", raising=False)
     monkeypatch.setenv(manager.PLUGINS_ENV, "shortname")
     runtime = manager.default_runtime()
     assert "shortname" in runtime.plugin_names
@@ -436,4 +437,3 @@ def test_builtins_register_through_the_same_hooks():
     assert set(manager.BUILTIN_PLUGINS) <= set(runtime.plugin_names)
     assert all(e.plugin == "onnx_ep.providers.cpu_reference"
                for e in runtime.registry.entries("cpu_reference"))
-    assert Support.YES   # the registry's verdicts are values; YES is truthy
