@@ -37,7 +37,7 @@ from onnx_ep.core.planner import (
     plan_signature,
 )
 from onnx_ep.errors import FeedError, OnnxEpWarning, ProviderUnavailable
-from onnx_ep.plugins.policies import WeightStore
+from onnx_ep.plugins.policies import WeightStore, forced_policy
 from onnx_ep.plugins.manager import Runtime, runtime_for
 
 log = logging.getLogger("onnx_ep")
@@ -137,7 +137,7 @@ class Session:
         self._authority = authority_for("cpu", self.options.memory_limit)
         hook = self._runtime.pm.hook
         self._admission = hook.onnx_ep_select_admission_strategy(options=self.options)
-        self.memory_policy = hook.onnx_ep_select_memory_policy(
+        self.memory_policy = forced_policy(self.options) or hook.onnx_ep_select_memory_policy(
             model_bytes=self._graph.weight_bytes, planned_peak=0,
             budget=self._authority.budget, options=self.options)
         self._held: list[Reservation] = []      # session-lifetime reservations
@@ -387,15 +387,14 @@ class Session:
         return pos
 
     def _notify(self, hook: str, **kwargs: Any) -> None:
-        impls = getattr(self._runtime.pm.hook, hook)
-        if not impls.get_hookimpls():
-            return
-        try:
-            impls(**kwargs)
-        except Exception as exc:  # observers must not break runs
-            import warnings
-            warnings.warn(f"{hook} observer raised {type(exc).__name__}: {exc}",
-                          OnnxEpWarning, stacklevel=3)
+        """Call every observer of ``hook``; one that raises becomes a warning, not a failure."""
+        for impl in getattr(self._runtime.pm.hook, hook).get_hookimpls():
+            try:
+                impl.function(**{a: kwargs[a] for a in impl.argnames})
+            except Exception as exc:
+                import warnings
+                warnings.warn(f"plugin {impl.plugin_name!r}: {hook} observer raised "
+                              f"{type(exc).__name__}: {exc}", OnnxEpWarning, stacklevel=3)
 
 
 def _release_all(reservations: list[Reservation]) -> None:

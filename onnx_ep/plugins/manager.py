@@ -90,6 +90,7 @@ def build_runtime(plugins: Sequence[Any] = (), *, entry_points: bool = True) -> 
     for i, obj in enumerate(plugins):
         name = getattr(obj, "__name__", None) or f"{type(obj).__name__}-{i}"
         _register(pm, obj, name)
+    _check_hook_names(pm)
     registry = KernelRegistry()
     errors: list[PluginError] = []
     _call_registration(pm, "onnx_ep_register_providers", registry, _provider_registrar, errors)
@@ -103,6 +104,21 @@ def _register(pm: pluggy.PluginManager, obj: Any, name: str) -> None:
         pm.register(obj, name=name)
     except Exception as exc:  # pluggy.PluginValidationError, duplicate names
         raise PluginError(f"cannot register: {exc}", plugin=name) from exc
+
+
+def _check_hook_names(pm: pluggy.PluginManager) -> None:
+    """A hookimpl whose name matches no hookspec (a typo) is an error, not silently ignored."""
+    for name in dir(pm.hook):
+        if not name.startswith("onnx_ep_"):
+            continue
+        caller = getattr(pm.hook, name)
+        if caller.spec is None:
+            impls = caller.get_hookimpls()
+            plugin = impls[0].plugin_name if impls else None
+            known = sorted(n for n in dir(pm.hook) if n.startswith("onnx_ep_")
+                           and getattr(pm.hook, n).spec is not None)
+            raise PluginError(f"implements unknown hook {name!r}; known hooks: "
+                              f"{', '.join(known)}", plugin=plugin)
 
 
 def _provider_registrar(registry: KernelRegistry, plugin: str,
@@ -133,8 +149,9 @@ def _call_registration(pm: pluggy.PluginManager, hook_name: str, registry: Kerne
                        make_register: Callable[..., Callable[..., None]],
                        errors: list[PluginError]) -> None:
     hook = getattr(pm.hook, hook_name)
-    # call implementations one by one, so a failure is attributed and contained
-    for impl in reversed(hook.get_hookimpls()):
+    # call implementations one by one, in registration order (built-ins first, then entry
+    # points, then in-process plugins), so a failure or conflict is blamed on the newcomer
+    for impl in hook.get_hookimpls():
         plugin = impl.plugin_name
         staged: list[Any] = []
         register = make_register(registry, plugin, staged)

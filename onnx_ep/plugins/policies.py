@@ -141,12 +141,18 @@ def policy_by_name(name: str) -> Any:
                        f"'weight_streaming'")
 
 
+def forced_policy(options: Any) -> Any:
+    """The policy forced by ``ONNX_EP_MEMORY_POLICY`` or ``options.memory_policy``, else None.
+
+    A forced choice beats every plugin's ``onnx_ep_select_memory_policy``.
+    """
+    forced = os.environ.get(POLICY_ENV) or getattr(options, "memory_policy", None)
+    return policy_by_name(forced) if forced else None
+
+
 @hookimpl(trylast=True)
 def onnx_ep_select_memory_policy(model_bytes: int, planned_peak: int, budget: int,
                                  options: Any) -> Any:
-    forced = os.environ.get(POLICY_ENV) or getattr(options, "memory_policy", None)
-    if forced:
-        return policy_by_name(forced)
     if model_bytes + planned_peak <= budget:
         return FullResident()
     return WeightStreaming()

@@ -164,10 +164,6 @@ def test_onnx_ep_select_memory_policy_none_falls_through_to_builtin():
         sess.close()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: SessionOptions.memory_policy and ONNX_EP_MEMORY_POLICY are documented to force "
-    "the policy, but the forcing lives in the trylast built-in hookimpl, so any plugin "
-    "answering onnx_ep_select_memory_policy overrides them (see the plugins report)"))
 @pytest.mark.parametrize("how", ["options", "env"])
 def test_onnx_ep_select_memory_policy_forced_choice_beats_plugins(
         monkeypatch: pytest.MonkeyPatch, how: str):
@@ -301,9 +297,6 @@ def test_onnx_ep_run_finished_not_called_for_a_failed_run(x: np.ndarray):
     assert obs.finished == []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: Session._notify calls the hook once through pluggy, so the first observer that "
-    "raises stops the others from being called (see the plugins report)"))
 def test_onnx_ep_run_finished_a_raising_observer_does_not_silence_others(x: np.ndarray):
     good, bad = Observer(), Observer(fail=True)
     with pytest.warns(OnnxEpWarning):
