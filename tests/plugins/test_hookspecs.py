@@ -268,7 +268,8 @@ def test_onnx_ep_session_created_sees_the_placed_session(x: np.ndarray):
 
 def test_onnx_ep_session_created_observer_that_raises_is_a_warning(x: np.ndarray):
     obs = Observer(fail=True)
-    with pytest.warns(OnnxEpWarning, match="onnx_ep_session_created.*observer bug"):
+    with pytest.warns(OnnxEpWarning,
+                      match="plugin 'Observer-1': onnx_ep_session_created.*observer bug"):
         sess = _observed_session(x, obs)
     assert obs.created == [sess]
     with pytest.warns(OnnxEpWarning, match="onnx_ep_run_finished.*observer bug"):
@@ -297,10 +298,12 @@ def test_onnx_ep_run_finished_not_called_for_a_failed_run(x: np.ndarray):
     assert obs.finished == []
 
 
-def test_onnx_ep_run_finished_a_raising_observer_does_not_silence_others(x: np.ndarray):
+@pytest.mark.parametrize("bad_first", [True, False])
+def test_onnx_ep_run_finished_a_raising_observer_does_not_silence_others(x: np.ndarray,
+                                                                        bad_first: bool):
     good, bad = Observer(), Observer(fail=True)
     with pytest.warns(OnnxEpWarning):
-        sess = _observed_session(x, good, bad)   # bad is registered last, so pluggy calls it first
+        sess = _observed_session(x, *((bad, good) if bad_first else (good, bad)))
     with pytest.warns(OnnxEpWarning):
         sess.run(None, {"x": x})
     assert good.created == [sess]

@@ -119,8 +119,10 @@ def test_hookimpl_with_an_unknown_hook_name_is_a_plugin_error():
         def onnx_ep_register_kernel(self, register: Any) -> None:
             register(PlainKernel(KEY), provider="cpu_reference")
 
-    with pytest.raises(PluginError, match="onnx_ep_register_kernel"):
+    with pytest.raises(PluginError, match="onnx_ep_register_kernel") as info:
         manager.build_runtime([Typo()], entry_points=False)
+    assert info.value.plugin == "Typo-0"
+    assert "onnx_ep_register_kernels" in str(info.value)   # lists the real hook names
 
 
 # ---------------------------------------------------------------- malformed kernels
@@ -206,16 +208,16 @@ def test_duplicate_kernel_in_one_plugin_is_a_conflict():
     assert KEY not in _keys(runtime)
 
 
-def test_duplicate_kernel_across_plugins_is_a_conflict_and_one_copy_survives():
+def test_duplicate_kernel_across_plugins_blames_the_later_plugin():
     first = KernelPlugin([(PlainKernel(KEY), "cpu_reference")], name="first")
     second = KernelPlugin([(PlainKernel(KEY), "cpu_reference")], name="second")
     runtime = manager.build_runtime([first, second], entry_points=False)
     (err,) = runtime.errors
     assert isinstance(err, KernelConflictError)
-    assert err.plugin in {"first", "second"}
-    assert "'first'" in str(err) and "'second'" in str(err)   # the loser and the holder
+    assert err.plugin == "second"
+    assert "already registered by plugin 'first'" in str(err)
     assert [e.plugin for e in runtime.registry.entries("cpu_reference")
-            if e.kernel.key == KEY] in (["first"], ["second"])
+            if e.kernel.key == KEY] == ["first"]
 
 
 @pytest.mark.parametrize("what", ["kernel", "provider"])
@@ -265,7 +267,7 @@ def test_provider_registered_twice_is_a_plugin_error(plugins: list[Any], kept: b
     (err,) = runtime.errors
     assert type(err) is PluginError
     assert "provider 'fast' is registered twice" in str(err)
-    assert err.plugin in {"a", "p"}
+    assert err.plugin == "p"
     assert ("fast" in runtime.registry.providers) is kept
     assert "cpu_reference" in runtime.registry.providers
 
