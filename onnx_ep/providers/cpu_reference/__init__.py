@@ -28,6 +28,7 @@ MODULES: tuple[str, ...] = (
     "normalization",
     "optional",
     "pool",
+    "recent",
     "reduce",
     "resize",
     "selection",
