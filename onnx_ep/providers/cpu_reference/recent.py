@@ -175,14 +175,14 @@ class TensorScatter(CpuKernel):
         axis = normalize_axis(ctx, ctx.node.attr("axis", -2), past.ndim)
         if axis == 0:
             raise self.fail(ctx, "axis must not be 0 (the batch dimension)")
-        max_len, seq_len = past.shape[axis], update.shape[axis] if update.ndim > axis else -1
-        others_match = update.ndim == past.ndim and all(
+        max_len = past.shape[axis]
+        fits = update.ndim == past.ndim and update.shape[axis] <= max_len and all(
             u == p for d, (u, p) in enumerate(zip(update.shape, past.shape)) if d != axis)
-        if not others_match or seq_len > max_len:
+        if not fits:
             raise self.fail(ctx, f"update {update.shape} must equal past_cache {past.shape} "
                                  f"except along axis {axis}, where it may not exceed "
                                  f"{max_len}")
-        batch = past.shape[0]
+        batch, seq_len = past.shape[0], update.shape[axis]
         if write_indices is None:
             starts = np.zeros(batch, dtype=np.int64)
         else:
