@@ -11,12 +11,19 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from onnx_ep.core.graph import Graph
 from onnx_ep.core.kernel import ExecutionContext, WorkspaceView
 from onnx_ep.core.placement import place
 from onnx_ep.core.planner import COPY, Program, Step, build_program
 from onnx_ep.core.registry import KernelRegistry
 from onnx_ep.errors import KernelContractError, NodeError, OnnxEpError, RunCancelled
+
+
+def _failed_step(program: Program, fast_index: int, exc: BaseException) -> int:
+    """Index of the step that raised (the general loop records it as it goes)."""
+    return fast_index if program.fast is not None else program.current[0]
 
 
 class Executor:
@@ -50,7 +57,10 @@ class Executor:
         :param weights: a weight store (weight streaming): initializers are paged
             in before each step that reads them instead of being resident.
         """
-        env: list[Any] = [None] * program.n_slots
+        n = program.n_slots
+        # two spare slots: n receives outputs the graph does not use (slot -1 of an
+        # output), n + 1 stays None and is what a missing optional input (-1) reads
+        env: list[Any] = [None] * (n + 2)
         if weights is None:
             for s, v in program.constants:
                 env[s] = v
@@ -60,40 +70,58 @@ class Executor:
             for name, s in zip(program.graph.outer_names, program.outer_slots):
                 env[s] = outer[name]
         steps = program.steps
+        wsl = workspaces if workspaces is not None else program.no_workspaces
         i = 0
         try:
-            for i, step in enumerate(steps):
-                if cancel is not None and cancel():
-                    raise RunCancelled(f"run cancelled before step {i} ({step.name!r}) of "
-                                       f"{len(steps)}")
-                if weights is not None and step.const_reads:
-                    for s, v in zip(step.const_reads, weights.page_in(step.const_reads)):
-                        env[s] = v
-                args = [env[s] if s >= 0 else None for s in step.in_slots]
-                if step.kind == COPY:
-                    outs: list[Any] = [step.call(args[0], None)]
+            with np.errstate(all="ignore"):   # ONNX defines inf/nan results; no warnings
+                if cancel is None and weights is None and program.fast is not None:
+                    for i, (call, ctx, ins, outs, frees) in enumerate(program.fast):
+                        res: list[Any] = [None] * len(outs)
+                        call(ctx, [env[s] for s in ins], res, wsl[i])
+                        for s, v in zip(outs, res):
+                            env[s] = v
+                        for s in frees:
+                            env[s] = None
                 else:
-                    outs = [None] * len(step.out_slots)
-                    ctx = step.ctx if not step.has_subgraphs else self._scoped_ctx(step, env)
-                    ws = workspaces[i] if workspaces is not None else None
-                    step.call(ctx, args, outs, ws)
-                for s, v in zip(step.out_slots, outs):
-                    if s >= 0:
-                        env[s] = v
-                for s in step.frees:
-                    env[s] = None
-                if weights is not None:
-                    for s in step.const_reads:   # the window owns paged weights, not the run
-                        env[s] = None
+                    self._run_general(program, env, wsl, cancel, weights)
         except OnnxEpError:
             raise
         except Exception as exc:
             # a kernel bug or an input the kernel did not validate: name the node, keep the cause
-            step = steps[i]
+            step = steps[_failed_step(program, i, exc)]
             raise NodeError(f"kernel {getattr(step.placed, 'kernel', step.call)!r} failed: "
                             f"{type(exc).__name__}: {exc}", node=step.name,
                             op_type=step.placed.node.op_type if step.placed else "copy") from exc
         return [env[s] for s in program.output_slots]
+
+    def _run_general(self, program: Program, env: list[Any],
+                     wsl: Sequence[WorkspaceView | None], cancel: Callable[[], bool] | None,
+                     weights: Any) -> None:
+        """The loop for runs that cancel, stream weights, copy or run subgraphs."""
+        steps = program.steps
+        trash = program.n_slots
+        for i, step in enumerate(steps):
+            program.current[0] = i
+            if cancel is not None and cancel():
+                raise RunCancelled(f"run cancelled before step {i} ({step.name!r}) of "
+                                   f"{len(steps)}")
+            if weights is not None and step.const_reads:
+                for s, v in zip(step.const_reads, weights.page_in(step.const_reads)):
+                    env[s] = v
+            args = [env[s] for s in step.in_slots]
+            if step.kind == COPY:
+                outs: list[Any] = [step.call(args[0], None)]
+            else:
+                outs = [None] * len(step.out_slots)
+                ctx = step.ctx if not step.has_subgraphs else self._scoped_ctx(step, env)
+                step.call(ctx, args, outs, wsl[i])
+            for s, v in zip(step.out_slots, outs):
+                env[s if s >= 0 else trash] = v
+            for s in step.frees:
+                env[s] = None
+            if weights is not None:
+                for s in step.const_reads:   # the window owns paged weights, not the run
+                    env[s] = None
 
     def _scoped_ctx(self, step: Step, env: list[Any]) -> ExecutionContext:
         """A per-call context whose ``run_subgraph`` sees this run's outer-scope values."""

@@ -66,6 +66,12 @@ class Program:
     outer_slots: list[int]            # subgraph outer-scope values, in graph.outer_names order
     output_slots: list[int]
     constants: list[tuple[int, Any]]  # initializer slots and values
+    #: (call, ctx, in_slots, out_slots, frees) per step when every step is a plain kernel
+    #: call (no copies, no subgraphs): the executor's fast loop; else None
+    fast: list[tuple[Any, ...]] | None = None
+    no_workspaces: list[None] = attrs.Factory(list)
+    #: index of the step the general loop is running (for error messages)
+    current: list[int] = attrs.Factory(lambda: [0])
 
 
 def build_program(graph: Graph, placement: Placement) -> Program:
@@ -124,8 +130,13 @@ def build_program(graph: Graph, placement: Placement) -> Program:
                           ins[:n_explicit], outs, tuple(frees_at[i]), placed=s,
                           scope_slots=scope, const_reads=const_reads,
                           has_subgraphs=bool(s.node.subgraphs)))
-    return Program(graph, placement, steps, len(slot_of), slot_of, input_slots,
-                   outer_slots, output_slots, constants)
+    n = len(slot_of)
+    fast = None
+    if all(st.kind == KERNEL and not st.has_subgraphs for st in steps):
+        fast = [(st.call, st.ctx, st.in_slots, tuple(s if s >= 0 else n for s in st.out_slots),
+                 st.frees) for st in steps]
+    return Program(graph, placement, steps, n, slot_of, input_slots, outer_slots,
+                   output_slots, constants, fast, [None] * len(steps))
 
 
 def _copy_fn(c: CopyStep) -> Any:
@@ -147,11 +158,18 @@ def _copy_fn(c: CopyStep) -> Any:
 
 @attrs.frozen
 class WorkspacePlan:
-    """Per-node workspace requirements at one shape signature and the peak per lifetime."""
+    """Per-node workspace requirements at one shape signature and the size per lifetime.
+
+    Step-scoped scratch is dead once its step ends, so all step views share one slot
+    sized by the peak. Session-persistent contents must survive across runs, so each
+    node gets its own region of the session slot (``session_offsets``); the layout
+    may change between shape signatures.
+    """
 
     per_step: tuple[WorkspaceRequirement, ...]   # aligned with Program.steps
     step_peak: int
     session_peak: int
+    session_offsets: tuple[int, ...] = ()        # aligned with per_step
 
     @property
     def total(self) -> int:
@@ -229,7 +247,9 @@ def plan_signature(program: Program, signature: tuple[Any, ...],
     per_step: list[WorkspaceRequirement] = []
     metas: list[NodeMeta | None] = []
     step_peak = session_peak = 0
+    offsets: list[int] = []
     for st in program.steps:
+        offsets.append(session_peak)
         if st.placed is None:
             per_step.append(WorkspaceRequirement.NONE)
             metas.append(None)
@@ -243,11 +263,12 @@ def plan_signature(program: Program, signature: tuple[Any, ...],
                 f"{type(req).__name__}, expected WorkspaceRequirement")
         per_step.append(req)
         if req.lifetime is WorkspaceLifetime.SESSION_PERSISTENT:
-            session_peak = max(session_peak, req.nbytes)
+            session_peak += -(-req.nbytes // ARENA_ALIGNMENT) * ARENA_ALIGNMENT
         else:
             step_peak = max(step_peak, req.nbytes)
     return ExecutionPlan(signature, program, specs, metas,
-                         WorkspacePlan(tuple(per_step), step_peak, session_peak),
+                         WorkspacePlan(tuple(per_step), step_peak, session_peak,
+                                       tuple(offsets)),
                          plan_arena(program, specs))
 
 

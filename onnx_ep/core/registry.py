@@ -108,7 +108,13 @@ class KernelRegistry:
                             else "no kernel")
                 continue
             supports = getattr(entry.kernel, "supports", None)
-            verdict = supports(meta) if supports is not None else Support.YES
+            try:
+                verdict = supports(meta) if supports is not None else Support.YES
+            except Exception as exc:
+                raise KernelContractError(
+                    f"{entry.kernel!r}.supports() raised {type(exc).__name__}: {exc} for node "
+                    f"{meta.name!r}; supports() must return Support.no(reason) instead",
+                    plugin=entry.plugin) from exc
             if not isinstance(verdict, Support):
                 raise KernelContractError(
                     f"{entry.kernel!r}.supports() returned {type(verdict).__name__}, "

@@ -37,6 +37,7 @@ from onnx_ep.core.planner import (
     plan_signature,
 )
 from onnx_ep.errors import FeedError, OnnxEpWarning, ProviderUnavailable
+from onnx_ep.plugins.admission import forced_admission
 from onnx_ep.plugins.policies import WeightStore, forced_policy
 from onnx_ep.plugins.manager import Runtime, runtime_for
 
@@ -136,9 +137,10 @@ class Session:
         self.holder = f"session-{next(_session_ids)}"
         self._authority = authority_for("cpu", self.options.memory_limit)
         hook = self._runtime.pm.hook
-        self._admission = hook.onnx_ep_select_admission_strategy(options=self.options)
+        self._admission = (forced_admission(self.options)
+                           or hook.onnx_ep_select_admission_strategy(options=self.options))
         self.memory_policy = forced_policy(self.options) or hook.onnx_ep_select_memory_policy(
-            model_bytes=self._graph.weight_bytes, planned_peak=0,
+            model_bytes=self._graph.weight_bytes, planned_peak=self._static_peak(),
             budget=self._authority.budget, options=self.options)
         self._held: list[Reservation] = []      # session-lifetime reservations
         self._weights: WeightStore | None = None
@@ -156,6 +158,17 @@ class Session:
         self._persistent: Reservation | None = None
         self._persistent_buf: np.ndarray | None = None
         self._finalizer = weakref.finalize(self, _release_all, self._held)
+
+    def _static_peak(self) -> int:
+        """Plan now when every input shape is static; the plan's bytes, else 0 (unknown)."""
+        if not self._input_values or not all(
+                v.kind == "tensor" and v.spec is not None and v.spec.is_static
+                for v in self._input_values):
+            return 0
+        specs = [v.spec for v in self._input_values]
+        signature = tuple((s.dtype, tuple(s.shape)) for s in specs)  # type: ignore[union-attr]
+        plan = self._plan(signature, specs)  # type: ignore[arg-type]
+        return plan.arena.size + plan.workspace.total
 
     def close(self) -> None:
         """Release every byte this session holds. The session cannot run afterwards."""
@@ -216,7 +229,8 @@ class Session:
         plan = self._plans.get(signature)
         planned = plan is None
         if plan is None:
-            plan = self._plan(signature, arrays)
+            plan = self._plan(signature, [TensorSpec(a.dtype, a.shape) if isinstance(
+                a, np.ndarray) else None for a in arrays])
         else:
             self.stats["plan_cache_hits"] += 1
         want = self._output_positions(output_names)
@@ -313,13 +327,12 @@ class Session:
                             f"symbolic dim must agree", input_name=v.name, expected=expected,
                             got=f"{a.dtype}{list(a.shape)}")
 
-    def _plan(self, signature: tuple[Any, ...], arrays: list[Any]) -> ExecutionPlan:
+    def _plan(self, signature: tuple[Any, ...],
+              specs_in: list[TensorSpec | None]) -> ExecutionPlan:
         with self._lock:
             plan = self._plans.get(signature)
             if plan is not None:
                 return plan
-            specs_in = [TensorSpec(a.dtype, a.shape) if isinstance(a, np.ndarray) else None
-                        for a in arrays]
             if all(s is not None for s in specs_in):
                 specs = infer_specs(self._light, self._graph, specs_in)  # type: ignore[arg-type]
             else:
@@ -353,7 +366,10 @@ class Session:
                 g.grow(self._persistent, nbytes)
             else:
                 return
-            self._persistent_buf = allocate_host(nbytes, self._persistent)
+            grown = allocate_host(nbytes, self._persistent)
+            if self._persistent_buf is not None:       # contents survive growth
+                grown[: self._persistent_buf.nbytes] = self._persistent_buf
+            self._persistent_buf = grown
 
     def _workspace_views(self, plan: ExecutionPlan,
                          reservations: list[Reservation]) -> list[WorkspaceView | None] | None:
@@ -363,11 +379,13 @@ class Session:
         step = next((r for r in reservations if r.role is Role.WORKSPACE_STEP), None)
         step_buf = allocate_host(ws.step_peak, step) if step is not None else None
         views: list[WorkspaceView | None] = []
-        for req in ws.per_step:
+        for req, off in zip(ws.per_step, ws.session_offsets):
             if req.nbytes == 0:
                 views.append(None)
             elif req.lifetime is WorkspaceLifetime.SESSION_PERSISTENT:
-                views.append(WorkspaceView(self._persistent_buf, req.nbytes, req.lifetime))
+                assert self._persistent_buf is not None
+                views.append(WorkspaceView(self._persistent_buf[off:off + req.nbytes],
+                                           req.nbytes, req.lifetime))
             else:
                 views.append(WorkspaceView(step_buf, req.nbytes, req.lifetime))
         return views

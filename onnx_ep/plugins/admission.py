@@ -58,9 +58,17 @@ def _check(request: AdmissionRequest, authority: DeviceMemoryAuthority,
     return AdmissionDecision()
 
 
-@hookimpl(trylast=True)
-def onnx_ep_select_admission_strategy(options: Any) -> Any:
-    choice = getattr(options, "admission", None) or "strict"
+def forced_admission(options: Any) -> Any:
+    """The built-in strategy named by ``options.admission``, else None.
+
+    An explicit choice of a built-in beats every plugin's hook; another name is
+    left for plugins (and refused by the built-in hook if none answers).
+    """
+    choice = getattr(options, "admission", None)
+    return _builtin(choice, options) if choice in ("strict", "headroom") else None
+
+
+def _builtin(choice: str, options: Any) -> Any:
     if choice == "strict":
         return StrictAdmission()
     if choice == "headroom":
@@ -68,3 +76,8 @@ def onnx_ep_select_admission_strategy(options: Any) -> Any:
     raise OptionsError(f"unknown admission strategy {choice!r}; built-ins are 'strict' and "
                        f"'headroom' (plugins may add more through "
                        f"onnx_ep_select_admission_strategy)")
+
+
+@hookimpl(trylast=True)
+def onnx_ep_select_admission_strategy(options: Any) -> Any:
+    return _builtin(getattr(options, "admission", None) or "strict", options)

@@ -71,7 +71,8 @@ def onnx_ep_select_memory_policy(model_bytes: int, planned_peak: int, budget: in
     first wins.
 
     :param model_bytes: bytes of all weights (initializers).
-    :param planned_peak: bytes of activations and workspace at the first plan.
+    :param planned_peak: activation arena plus workspace bytes when every model input
+        has a static shape (the session plans that signature at load), else 0.
     :param budget: the memory authority's budget in bytes.
     :param options: the session's :class:`SessionOptions`.
     :returns: a memory policy object, or ``None`` to let the next plugin decide.

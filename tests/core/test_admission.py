@@ -141,3 +141,54 @@ def test_session_persistent_workspace_grows_through_a_grant_and_is_kept():
     assert s.resources()["ledger"]["by_holder"][s.holder]["workspace_session"] == held_big
     s.close()
     assert s.holder not in authority_for("cpu", 1 << 23).ledger()["by_holder"]
+
+
+def test_each_persistent_workspace_keeps_its_own_contents_across_runs():
+    from onnx import TensorProto, helper
+
+    from onnx_ep import WorkspaceLifetime
+    from tests.helpers.memory import DOMAIN
+    from tests.helpers.oracle import ORACLE_IR_VERSION
+
+    class Tagger:
+        """Writes its tag into its persistent workspace; outputs what the last run left there."""
+
+        from onnx_ep import CaptureSupport, OpKey, Parity
+        parity = Parity.EXACT
+
+        def __init__(self, op: str, tag: int) -> None:
+            from onnx_ep import OpKey
+            self.key = OpKey(DOMAIN, op, 1)
+            self.tag = tag
+
+        def capture_support(self):
+            return self.CaptureSupport.unsupported("host")
+
+        def workspace_requirement(self, meta):
+            from onnx_ep import WorkspaceRequirement
+            return WorkspaceRequirement(8, WorkspaceLifetime.SESSION_PERSISTENT)
+
+        def execute_with_workspace(self, ctx, inputs, outputs, workspace):
+            cell = workspace.array(np.int64, (1,))
+            outputs[0] = cell.copy()
+            cell[0] = self.tag
+
+    class P:
+        @onnx_ep.hookimpl
+        def onnx_ep_register_kernels(self, register):
+            register(Tagger("TagA", 111), provider="cpu_reference")
+            register(Tagger("TagB", 222), provider="cpu_reference")
+
+    g = helper.make_graph(
+        [helper.make_node("TagA", ["x"], ["a"], domain=DOMAIN),
+         helper.make_node("TagB", ["x"], ["b"], domain=DOMAIN)], "tags",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("a", TensorProto.INT64, [1]),
+         helper.make_tensor_value_info("b", TensorProto.INT64, [1])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                                helper.make_opsetid(DOMAIN, 1)],
+                              ir_version=ORACLE_IR_VERSION)
+    s = onnx_ep.Session(model, plugins=[P()])
+    s.run(None, {"x": np.ones(1, np.float32)})
+    a, b = s.run(None, {"x": np.ones(1, np.float32)})
+    assert (a[0], b[0]) == (111, 222)

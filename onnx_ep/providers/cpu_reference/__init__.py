@@ -16,6 +16,7 @@ NAME = "cpu_reference"
 
 #: op-family modules of this package; each defines ``KERNELS: list[CpuKernel]``.
 MODULES: tuple[str, ...] = (
+    "attention",
     "activation",
     "cast",
     "control_flow",
@@ -26,6 +27,7 @@ MODULES: tuple[str, ...] = (
     "grid",
     "movement",
     "normalization",
+    "loss",
     "optional",
     "pool",
     "recent",
