@@ -63,7 +63,7 @@ def assert_matches_ort(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], 
         a, b = np.asarray(a), np.asarray(b)
         assert a.dtype == b.dtype, f"output {i}: dtype {a.dtype} != onnxruntime {b.dtype}"
         assert a.shape == b.shape, f"output {i}: shape {a.shape} != onnxruntime {b.shape}"
-        if rtol == 0 and atol == 0 and a.dtype != object:
+        if a.dtype == object or (rtol == 0 and atol == 0):
             np.testing.assert_array_equal(a, b, err_msg=f"output {i}")
         else:
             np.testing.assert_allclose(a, b, rtol=rtol, atol=atol, err_msg=f"output {i}",
