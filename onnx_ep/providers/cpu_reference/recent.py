@@ -99,7 +99,7 @@ class BitCast(CpuKernel):
             raw = x.view(np.uint8) & np.uint8((1 << _bits(target)) - 1)
             return np.asarray(raw.view(target))
         # numpy's native order is little endian on every platform we run on
-        return np.asarray(x.view(target.newbyteorder("=")))
+        return np.asarray(x.view(target))
 
 
 # ------------------------------------------------------------------ CumProd
