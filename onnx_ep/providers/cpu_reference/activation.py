@@ -43,7 +43,7 @@ class Activation(CpuKernel):
     """
 
     def __init__(self, op_type: str, fn: Callable[[np.ndarray, Attrs], np.ndarray], *,
-                 since: int = 6, accepts: str = FLOAT,
+                 since: int = 1, accepts: str = FLOAT,
                  defaults: Mapping[str, Any] | None = None) -> None:
         super().__init__(op_type, since=since, parity=Parity.EXACT)
         self.fn = fn
@@ -85,7 +85,7 @@ def _shrink(x: np.ndarray, a: Attrs) -> np.ndarray:
 
 
 _TABLE: list[CpuKernel] = [
-    Activation("Relu", lambda x, a: np.maximum(x, x.dtype.type(0)), since=1, accepts=SIGNED),
+    Activation("Relu", lambda x, a: np.maximum(x, x.dtype.type(0)), accepts=SIGNED),
     Activation("LeakyRelu", lambda x, a: np.where(x < 0, x * a["alpha"], x),
                defaults={"alpha": f32(0.01)}),
     Activation("Elu", lambda x, a: np.where(x < 0, a["alpha"] * np.expm1(x), x),
@@ -102,8 +102,8 @@ _TABLE: list[CpuKernel] = [
     Activation("HardSigmoid", lambda x, a: np.clip(a["alpha"] * x + a["beta"], 0.0, 1.0),
                defaults={"alpha": f32(0.2), "beta": 0.5}),
     Activation("HardSwish", lambda x, a: x * np.clip(x / 6.0 + 0.5, 0.0, 1.0), since=14),
-    Activation("Softplus", lambda x, a: _softplus(x), since=1),
-    Activation("Softsign", lambda x, a: x / (1.0 + np.abs(x)), since=1),
+    Activation("Softplus", lambda x, a: _softplus(x)),
+    Activation("Softsign", lambda x, a: x / (1.0 + np.abs(x))),
     Activation("Gelu", _gelu, since=20, defaults={"approximate": "none"}),
     Activation("Mish", lambda x, a: x * np.tanh(_softplus(x)), since=18),
     Activation("ThresholdedRelu", lambda x, a: np.where(x > a["alpha"], x, 0.0), since=10,
@@ -170,4 +170,4 @@ def _as(bound: np.ndarray, dtype: np.dtype) -> np.float64:
     return np.asarray(bound).reshape(()).astype(dtype).astype(np.float64)
 
 
-KERNELS: list[CpuKernel] = [*_TABLE, PRelu("PRelu", since=7), Clip("Clip", since=6)]
+KERNELS: list[CpuKernel] = [*_TABLE, PRelu("PRelu", since=1), Clip("Clip", since=1)]

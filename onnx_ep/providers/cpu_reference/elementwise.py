@@ -102,17 +102,13 @@ class IsInf(CpuKernel):
         return np.asarray(np.isinf(x) & ((x > 0) & pos | (x < 0) & neg))
 
 
-def _sign(x: np.ndarray) -> np.ndarray:
-    return np.sign(x)
-
-
 _UNARY = [
     Unary("Abs", np.abs, accepts=NUMERIC),
     Unary("Neg", np.negative, accepts=SIGNED),
     Unary("Floor", np.floor),
     Unary("Ceil", np.ceil),
     Unary("Round", np.rint, since=11),  # rint: halves to even, as ONNX asks
-    Unary("Sign", _sign, accepts=NUMERIC, since=9),
+    Unary("Sign", np.sign, accepts=NUMERIC, since=9),
     Unary("Sqrt", np.sqrt),
     Unary("Reciprocal", np.reciprocal),
     Unary("IsNaN", np.isnan, since=9, out_bool=True),
