@@ -10,13 +10,13 @@ which is exact for every op of the first group.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import reduce
 from typing import Any
 
 import numpy as np
 
-from onnx_ep.core.kernel import ExecutionContext, Parity
+from onnx_ep.core.kernel import ExecutionContext, NodeMeta, Parity, WorkspaceRequirement
 from onnx_ep.providers.cpu_reference.base import CpuKernel, FnKernel
 from onnx_ep.providers.cpu_reference.numerics import (
     ML_FLOATS,
@@ -176,7 +176,37 @@ def _equal(ctx: ExecutionContext, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def _plain(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> BinaryFn:
     def call(ctx: ExecutionContext, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return fn(a, b)
+    call.ufunc = fn  # type: ignore[attr-defined]
     return call
+
+
+class _BoundUfunc:
+    """A Binary row bound to one node whose dtypes were checked at placement.
+
+    The hot path is one ufunc call: dtype validity was settled by ``supports``/``bind``,
+    the executor already runs under ``np.errstate(all="ignore")``, and shapes that do
+    not broadcast make numpy raise, which the executor reports as a NodeError naming
+    the node.
+    """
+
+    __slots__ = ("key", "parity", "ufunc", "row")
+
+    def __init__(self, row: Binary, ufunc: Callable[..., Any]) -> None:
+        self.key, self.parity, self.ufunc, self.row = row.key, row.parity, ufunc, row
+
+    def __repr__(self) -> str:
+        return repr(self.row)
+
+    def capture_support(self) -> Any:
+        return self.row.capture_support()
+
+    def workspace_requirement(self, meta: NodeMeta) -> WorkspaceRequirement:
+        return WorkspaceRequirement.NONE
+
+    def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
+                               outputs: list[Any], workspace: Any) -> None:
+        y = self.ufunc(inputs[0], inputs[1])
+        outputs[0] = y if type(y) is np.ndarray else np.asarray(y)
 
 
 class Binary(CpuKernel):
@@ -191,6 +221,17 @@ class Binary(CpuKernel):
         self.fn = fn
         self.accepts = accepts
         self.out_bool = out_bool
+
+    def bind(self, meta: NodeMeta) -> Any:
+        """The one-ufunc fast path when static dtypes settle every check of :meth:`run`."""
+        ufunc = getattr(self.fn, "ufunc", None)
+        specs = meta.inputs
+        if ufunc is None or meta.opset < 7 or len(specs) != 2 or None in specs:
+            return self
+        da, db = specs[0].dtype, specs[1].dtype  # type: ignore[union-attr]
+        if da != db or da in ML_FLOATS or not _accepts(self.accepts, da):
+            return self
+        return _BoundUfunc(self, ufunc)
 
     def run(self, ctx: ExecutionContext, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         check_dtype(self, ctx, self.accepts, a, b)
