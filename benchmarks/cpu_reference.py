@@ -19,8 +19,10 @@ Models, all built here with ``onnx.helper`` (opset 17, random weights, seed 0):
     are the ``present_key_i``/``present_value_i`` outputs.
 
 Engines: onnx-ep (``providers=["cpu_reference"]``); onnxruntime CPU with its
-default graph optimizations (ORT_ENABLE_ALL) and ``intra_op_num_threads`` =
-``--threads``; ReferenceEvaluator. cpu_reference's heavy lifting is numpy, whose
+default graph optimizations (ORT_ENABLE_ALL), ``intra_op_num_threads`` =
+``--threads`` and idle-worker spinning off (``--ort-spinning`` turns it back on:
+spinning workers keep a core busy after each run and slow the numpy engines
+timed in between); ReferenceEvaluator. cpu_reference's heavy lifting is numpy, whose
 BLAS gets the same thread count through OPENBLAS/OMP/MKL_NUM_THREADS, set
 before numpy is imported (default: every CPU). ReferenceEvaluator is numpy too,
 so it gets the same BLAS threads.
@@ -296,7 +298,8 @@ def build_decoder(layers: int = 4, hidden: int = 512, heads: int = 8, ffn: int =
 
 
 # --------------------------------------------------------------------------- engines
-def make_runners(model: onnx.ModelProto, threads: int) -> dict[str, Callable[[dict], list]]:
+def make_runners(model: onnx.ModelProto, threads: int,
+                 spinning: bool = False) -> dict[str, Callable[[dict], list]]:
     """One callable per engine (feeds -> outputs); sessions are created here, not timed."""
     import onnxruntime as ort
     from onnx.reference import ReferenceEvaluator
@@ -308,6 +311,9 @@ def make_runners(model: onnx.ModelProto, threads: int) -> dict[str, Callable[[di
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL   # the default
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
+    # onnxruntime's idle workers spin for a while after each run; interleaved with
+    # the numpy engines in one process, they would steal a core from numpy's BLAS
+    so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
     ort_sess = ort.InferenceSession(model.SerializeToString(), so,
                                     providers=["CPUExecutionProvider"])
     ref = ReferenceEvaluator(model)
@@ -358,7 +364,7 @@ def measure(fns: dict[str, Callable[[], Any]], repeat: int,
 
 def bench(name: str, model: onnx.ModelProto, feeds: dict[str, np.ndarray], args: Any,
           ) -> dict[str, Any]:
-    fns = make_runners(model, args.threads)
+    fns = make_runners(model, args.threads, args.ort_spinning)
     outs: dict[str, Any] = {}
     errors: dict[str, str] = {}
     for eng, fn in fns.items():          # the warm-up call doubles as the correctness check
@@ -472,6 +478,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="encoder layers (2; BERT-base has 12, cost scales linearly)")
     ap.add_argument("--threads", type=int, default=THREADS,
                     help="onnxruntime intra-op threads and numpy BLAS threads (all CPUs)")
+    ap.add_argument("--ort-spinning", action="store_true",
+                    help="let onnxruntime's idle workers spin (its default; off here, since "
+                         "spinning workers take a core from the numpy engines run beside it)")
     ap.add_argument("--repeat", type=int, default=10, help="timed calls per engine (10)")
     ap.add_argument("--max-seconds", type=float, default=20.0,
                     help="stop timing an engine after this long, with >= 3 calls (20)")
