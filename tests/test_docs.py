@@ -1,0 +1,56 @@
+"""The generated docs (docs/OPERATORS.md, the parity table in docs/PARITY.md) are current.
+
+Regenerated in memory from the kernel registry and the committed
+docs/node_suite_results.json; the node suite itself is not run.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from onnx_ep.plugins.manager import build_runtime
+from onnx_ep.testing import docs
+
+
+@pytest.fixture(scope="module")
+def registry():
+    return build_runtime(entry_points=False).registry
+
+
+def test_generated_docs_are_current(registry):
+    diffs = docs.stale_diffs(registry=registry)
+    assert not diffs, (
+        f"generated docs are stale (a kernel was added or changed); regenerate with "
+        f"`{docs.GENERATE_COMMAND}` and commit the result "
+        f"(`{docs.REFRESH_COMMAND}` also re-runs the node suite):\n" + "".join(diffs)[:4000])
+
+
+def test_results_file_covers_the_registry(registry):
+    results = docs.load_results()
+    s = results["summary"]
+    statuses = [c["status"] for c in results["cases"].values()]
+    assert s["total"] == len(statuses)
+    assert s["passed"] == statuses.count("passed")
+    assert all(isinstance(c["ops"], list) for c in results["cases"].values())
+
+
+def test_check_reports_a_stale_row(tmp_path, registry, capsys):
+    """An edited row is caught with a diff naming the command to regenerate."""
+    for rel in (docs.PARITY_MD, docs.RESULTS_JSON):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text((docs.ROOT / rel).read_text())
+    for rel, text in docs.expected_files(tmp_path, registry=registry).items():
+        (tmp_path / rel).write_text(text)
+    assert docs.stale_diffs(tmp_path, registry=registry) == []
+    path = tmp_path / docs.OPERATORS_MD
+    path.write_text(path.read_text().replace("| Gemm | 1-", "| Gemm | 2-", 1))
+    diffs = docs.stale_diffs(tmp_path, registry=registry)
+    assert len(diffs) == 1 and "-| Gemm | 2-" in diffs[0] and "+| Gemm | 1-" in diffs[0]
+
+
+def test_opset_ranges_end_where_onnx_stops_defining_the_op(registry):
+    rows = {r.op_type: r for r in docs.provider_rows(registry) if r.domain == ""}
+    assert docs.opset_ranges(rows["Upsample"]) == "7-9"      # deprecated in opset 10
+    import onnx.defs
+
+    assert docs.opset_ranges(rows["Abs"]) == f"1-{onnx.defs.onnx_opset_version()}"
