@@ -4,7 +4,8 @@
 (a) A chain of N tiny Add nodes (float32 [1], default N = 1000): the run time
     divided by N is the per-node dispatch overhead, since each add is ~free.
     onnx-ep (cpu_reference) vs onnxruntime CPU (ORT_DISABLE_ALL and the default
-    ORT_ENABLE_ALL) vs onnx.reference.ReferenceEvaluator vs a bare ``np.add`` loop.
+    ORT_ENABLE_ALL; default threads, idle spinning off) vs
+    onnx.reference.ReferenceEvaluator vs a bare ``np.add`` loop.
 (b) The demo transformer (onnx_ep.demo, batch 1, seq 16), end to end.
 
 Every number is timeit-style: each runner is called ``number`` times per
@@ -76,6 +77,9 @@ def runners(model: onnx.ModelProto,
                              ("ORT_ENABLE_ALL, default", levels.ORT_ENABLE_ALL)):
             so = ort.SessionOptions()
             so.graph_optimization_level = level
+            # idle workers spinning after each call would take a core from the engines timed
+            # next on a small machine (see docs/PERFORMANCE.md)
+            so.add_session_config_entry("session.intra_op.allow_spinning", "0")
             sess = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
             out[f"onnxruntime CPU ({label})"] = (lambda s=sess: s.run(None, feeds))
     from onnx.reference import ReferenceEvaluator
