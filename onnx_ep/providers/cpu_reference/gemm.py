@@ -1,9 +1,9 @@
 """MatMul and Gemm.
 
-Numerics: float16/bfloat16 operands are multiplied and accumulated in float32 and
-rounded once; float32/float64 use numpy's BLAS in their own type, whose summation
-order is unspecified, so results are promised to a tolerance. Integer products
-accumulate in the input type (wrapping) and are exact.
+Numerics: float operands (float16, bfloat16, float32) are multiplied and accumulated
+in float64 and rounded once (see ``dot.py``: deterministic across BLAS thread counts);
+float64 uses dgemm, whose summation order is unspecified, so results are promised to a
+tolerance. Integer products accumulate in the input type (wrapping) and are exact.
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import numpy as np
 
 from onnx_ep.core.kernel import ExecutionContext, Parity
 from onnx_ep.providers.cpu_reference.base import CpuKernel
-from onnx_ep.providers.cpu_reference.lowfloat import round_to, upcast
+from onnx_ep.providers.cpu_reference.dot import matmul, wide
+from onnx_ep.providers.cpu_reference.lowfloat import round_to
 
-#: BLAS reorders the K-sum; float16 rounds once from a float32 accumulator.
+#: another provider's accumulation order differs from the float64-accumulated reference
 MATMUL_PARITY = Parity.tolerance(rtol=1e-5, atol=1e-6)
 
 
@@ -32,11 +33,6 @@ def _matmul_shape_error(a: np.ndarray, b: np.ndarray) -> str | None:
     except ValueError:
         return f"batch dimensions {batch_a} and {batch_b} do not broadcast"
     return None
-
-
-def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a @ b`` with narrow floats accumulated in float32, returned in ``a.dtype``."""
-    return round_to(np.matmul(upcast(a), upcast(b)), a.dtype)
 
 
 class MatMul(CpuKernel):
@@ -71,7 +67,7 @@ class Gemm(CpuKernel):
         alpha = ctx.node.attr("alpha", 1.0)
         beta = ctx.node.attr("beta", 1.0)
         m, n = a.shape[0], b.shape[1]
-        wa, wb = upcast(a), upcast(b)
+        wa, wb = wide(a), wide(b)
         acc = np.matmul(wa, wb)
         if wa.dtype.kind in "iu":
             # integer Gemm: scale in float64 only when alpha/beta are not 1, then truncate
@@ -80,7 +76,7 @@ class Gemm(CpuKernel):
             acc = acc * wa.dtype.type(alpha)
         if c is not None:
             try:
-                cb = np.broadcast_to(upcast(c), (m, n))
+                cb = np.broadcast_to(wide(c), (m, n))
             except ValueError:
                 raise self.fail(ctx, f"C of shape {c.shape} does not broadcast to "
                                      f"({m}, {n})") from None

@@ -1,0 +1,40 @@
+"""The reference's matrix product: floats accumulate in float64 and round once.
+
+numpy's float32 BLAS (sgemm) splits the K-sum differently with 1 thread than with
+several, so float32 products change bits with the thread count. Its float64 path
+(dgemm) does not on the BLAS builds we measured, and a float64 sum of float32
+products rounded once to float32 is insensitive to the order of the sum except in
+the rare case where it lands within 2^-29 relative of a float32 rounding boundary.
+Every matmul-shaped reference kernel (MatMul, Gemm, Conv via im2col, Attention)
+goes through :func:`matmul`, which makes the reference deterministic across thread
+counts and more accurate than single-precision accumulation, at about twice the
+cost of sgemm. Integer products accumulate in their own type (wrapping), exactly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onnx_ep.providers.cpu_reference.lowfloat import round_to
+
+
+def wide(a: np.ndarray) -> np.ndarray:
+    """``a`` as float64 when it is any float type; integers and float64 unchanged."""
+    if a.dtype == np.float64 or a.dtype.kind in "iub":
+        return a
+    return a.astype(np.float64)
+
+
+def matmul(a: np.ndarray, b: np.ndarray, out_dtype: np.dtype | None = None,
+           out: np.ndarray | None = None) -> np.ndarray:
+    """``a @ b`` (numpy broadcasting) accumulated wide, rounded once to ``out_dtype``.
+
+    :param out_dtype: result dtype; ``a.dtype`` by default.
+    :param out: optional float64 buffer for the wide product (a workspace view).
+    """
+    dt = np.dtype(out_dtype) if out_dtype is not None else a.dtype
+    if out is not None:
+        y = np.matmul(wide(a), wide(b), out=out)
+    else:
+        y = np.matmul(wide(a), wide(b))
+    return round_to(y, dt) if y.dtype != dt else y
