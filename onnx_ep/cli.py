@@ -211,6 +211,52 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- resources
+
+
+def cmd_resources(args: argparse.Namespace) -> int:
+    from onnx_ep import Session, SessionOptions
+
+    progress = _Progress(not args.json)
+    if args.model is None:
+        from onnx_ep.demo import build_demo_model, demo_feeds
+
+        progress.say("building demo model...")
+        model: Any = build_demo_model()
+        feeds: dict[str, Any] = dict(demo_feeds())
+    else:
+        model, feeds = args.model, {}
+    progress.say("loading and placing the model...")
+    sess = Session(model, providers=args.provider or None,
+                   options=SessionOptions(memory_limit=args.memory_limit))
+    if not args.no_run:
+        if not feeds:
+            feeds = _random_inputs(sess.graph, dict(args.dim), args.seed, skip=[])
+        progress.say("planning and running once...")
+        sess.run(None, feeds)
+    res = sess.resources()
+    if args.json:
+        print(json.dumps(res, indent=2))
+        return 0
+    mib = 1 << 20
+    print(f"device {res['device']}: budget {res['budget']:,} bytes "
+          f"({res['budget'] / mib:.1f} MiB), committed {res['committed']:,}")
+    pol = res["policy"]
+    print(f"policy {pol['name']} (streaming {'on' if pol['streaming'] else 'off'}), "
+          f"admission {res['admission']}; counters: "
+          + ", ".join(f"{k} {v:,}" for k, v in pol["counters"].items()))
+    print(f"weights {res['weights_bytes']:,} bytes; held by this session "
+          f"{res['held_by_session']:,}")
+    print("ledger by role: " + ", ".join(f"{k} {v:,}" for k, v in
+                                         res["ledger"]["by_role"].items() if v))
+    for p in res["plans"]:
+        print(f"plan [{p['signature']}]: arena {p['arena_bytes']:,} (live-bytes peak "
+              f"{p['activation_live_peak_bytes']:,}, naive sum {p['activation_naive_bytes']:,}), "
+              f"workspace step {p['workspace_step_bytes']:,}, session "
+              f"{p['workspace_session_bytes']:,}")
+    return 0
+
+
 # ---------------------------------------------------------------- providers
 
 
@@ -348,6 +394,25 @@ def build_parser() -> argparse.ArgumentParser:
                                       "plugin registration errors.")
     prov.add_argument("--json", action="store_true", help="print JSON")
     prov.set_defaults(func=cmd_providers)
+
+    res = sub.add_parser(
+        "resources", help="print the memory budget, ledger, plan sizes and policy",
+        description="Load MODEL (the built-in demo transformer when omitted), run it once on "
+                    "random inputs (unless --no-run) and print session.resources(): the "
+                    "budget, committed bytes, the ledger by role, each plan's arena and "
+                    "workspace sizes, and the memory policy with its counters.")
+    res.add_argument("model", metavar="MODEL", nargs="?", default=None,
+                     help="path of an .onnx file (default: the demo transformer)")
+    res.add_argument("--memory-limit", type=_positive, default=None, metavar="BYTES",
+                     help="memory budget in bytes (default: the device's free memory)")
+    res.add_argument("--provider", action="append", default=[], metavar="P",
+                     help="provider, in priority order (repeatable; default: best available)")
+    res.add_argument("--no-run", action="store_true", help="only load; plan nothing")
+    res.add_argument("--dim", action="append", default=[], type=_dim_arg, metavar="NAME=INT",
+                     help="value of a symbolic dim for the random inputs (repeatable)")
+    res.add_argument("--seed", type=int, default=0, help="seed for the random inputs")
+    res.add_argument("--json", action="store_true", help="print JSON")
+    res.set_defaults(func=cmd_resources)
 
     demo = sub.add_parser(
         "demo", help="run the built-in demo transformer (no download)",

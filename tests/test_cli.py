@@ -116,3 +116,26 @@ def test_usage_errors_exit_2(argv: list[str], capsys) -> None:
         main(argv)
     assert exc.value.code == 2
     assert "usage: onnx-ep" in capsys.readouterr().err
+
+
+def test_resources_on_the_demo_model_with_and_without_a_memory_limit(capsys) -> None:
+    assert main(["resources", "--json"]) == 0
+    full = json.loads(capsys.readouterr().out)
+    assert full["policy"]["name"] == "full_resident"
+    assert full["ledger"]["by_role"]["weights"] >= full["weights_bytes"]
+    (plan,) = full["plans"]
+    assert plan["arena_bytes"] >= plan["activation_live_peak_bytes"] > 0
+    assert main(["resources", "--json", "--memory-limit", "300000"]) == 0
+    limited = json.loads(capsys.readouterr().out)
+    assert limited["budget"] == 300000
+    assert limited["policy"]["name"] == "weight_streaming"
+    assert limited["policy"]["counters"]["page_ins"] > 0
+
+
+def test_resources_text_output_and_a_budget_too_small(tmp_path: Path, capsys) -> None:
+    model = _gather_model(tmp_path / "tiny.onnx")
+    assert main(["resources", str(model), "--dim", "batch=2"]) == 0
+    out = capsys.readouterr().out
+    assert "policy full_resident (streaming off)" in out and "plan [int64[2, 3]]" in out
+    assert main(["resources", "--memory-limit", "40000"]) == 2
+    assert "error:" in capsys.readouterr().err
