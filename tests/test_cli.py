@@ -109,7 +109,7 @@ def test_missing_inputs_without_random_inputs_exit_2(tmp_path: Path, capsys) -> 
     assert "--random-inputs" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv", [["run"], ["run", "m.onnx", "--dim", "batch"], ["resources"],
+@pytest.mark.parametrize("argv", [["run"], ["run", "m.onnx", "--dim", "batch"], ["resources", "--memory-limit", "0"],
                                   ["demo", "--repeat", "-1"]])
 def test_usage_errors_exit_2(argv: list[str], capsys) -> None:
     with pytest.raises(SystemExit) as exc:
