@@ -23,7 +23,7 @@ def _run(kernel: CpuKernel, ctx: ExecutionContext, graph: Graph, feeds: list[Any
 
 
 def _empty_scan_output(graph: Graph, index: int) -> np.ndarray:
-    """The ``(0, ...)`` output of a scan output whose loop ran zero times, when its spec is known."""
+    """The ``(0, ...)`` value of a scan output whose loop ran zero times (shape from its spec)."""
     v = graph.outputs[index]
     if v.spec is not None and v.spec.is_static:
         return np.zeros((0, *v.spec.shape), dtype=v.spec.dtype)

@@ -34,7 +34,8 @@ def _position(ctx: ExecutionContext, pos: Any, n: int, *, insert: bool) -> int:
 def _construct(ctx: ExecutionContext, *tensors: Any) -> list[Any]:
     dtypes = {np.asarray(t).dtype for t in tensors}
     if len(dtypes) > 1:
-        raise CpuKernel.fail(ctx, f"all inputs must share one dtype, got {sorted(map(str, dtypes))}")
+        raise CpuKernel.fail(ctx, f"all inputs must share one dtype, got "
+                                  f"{sorted(map(str, dtypes))}")
     return [np.asarray(t) for t in tensors]
 
 

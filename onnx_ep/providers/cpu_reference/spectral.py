@@ -3,8 +3,8 @@
 Numerics: transforms run through numpy's FFT in complex64 for float16/32 inputs and
 complex128 for float64 (numpy >= 2 keeps single precision; the ONNX expectations are
 computed that way, and near-zero outputs differ beyond their atol otherwise); window
-formulas run in float64; each result is rounded once to the output dtype. Parity: tolerance (FFT algorithms
-differ in summation order).
+formulas run in float64; each result is rounded once to the output dtype.
+Parity: tolerance (FFT algorithms differ in summation order).
 """
 
 from __future__ import annotations

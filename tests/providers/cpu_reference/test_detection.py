@@ -32,7 +32,8 @@ def test_non_max_suppression_rejects_mismatched_scores() -> None:
         run_ours(node_model("NonMaxSuppression", feeds, opset=11), feeds)
 
 
-@pytest.mark.parametrize("mode, ratio, ctm", [("avg", 2, "half_pixel"), ("avg", 0, "output_half_pixel"),
+@pytest.mark.parametrize("mode, ratio, ctm", [("avg", 2, "half_pixel"),
+                                              ("avg", 0, "output_half_pixel"),
                                               ("max", 2, "half_pixel")])
 def test_roi_align_matches_ort(mode: str, ratio: int, ctm: str) -> None:
     feeds = {"x": RNG.standard_normal((2, 3, 10, 12)).astype(np.float32),
