@@ -1,13 +1,15 @@
 """Sliding-window geometry shared by Conv and the pooling ops.
 
 One place computes pads (explicit or ``auto_pad``), output sizes (``ceil_mode``
-included) and the strided, dilated patch view of a padded input, so that Conv's
+included), the padded input, and the two ways to read windows: the strided, dilated
+patch view (Conv's im2col) and one strided slice per kernel tap (pooling reduces
+tap by tap: prod(kernel) vectorized passes over the output), so that Conv's
 workspace size and its execution agree by construction.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import attrs
 import numpy as np
@@ -128,6 +130,25 @@ def patches(padded: np.ndarray, g: WindowGeometry) -> np.ndarray:
              + tuple(slice(None, (o - 1) * s + 1, s) for o, s in zip(g.out, g.strides))
              + tuple(slice(None, None, d) for d in g.dilations))
     return view[index]
+
+
+def pad_input(x: np.ndarray, g: WindowGeometry, fill: float | int = 0) -> np.ndarray:
+    """``x`` (N, C, *spatial) inside a new array of :meth:`WindowGeometry.padded_shape`
+    filled with ``fill`` (cheaper than ``np.pad``: one fill, one copy)."""
+    out = np.full(x.shape[:2] + g.padded_shape(x.shape[2:]), fill, dtype=x.dtype)
+    inner = tuple(slice(b, b + s) for b, s in zip(g.pads_begin, x.shape[2:]))
+    out[(slice(None), slice(None)) + inner] = x
+    return out
+
+
+def tap_slices(g: WindowGeometry) -> Iterator[tuple[int, tuple[slice, ...]]]:
+    """For each kernel tap, in C order of the kernel: its flat index and the index that
+    reads, from an already padded (N, C, *spatial) input, the value that tap sees in
+    every window, as an (N, C, *out) strided view."""
+    for flat, tap in enumerate(np.ndindex(*g.kernel)):
+        yield flat, (slice(None), slice(None)) + tuple(
+            slice(t * d, t * d + (o - 1) * s + 1, s)
+            for t, d, o, s in zip(tap, g.dilations, g.out, g.strides))
 
 
 def tap_positions(g: WindowGeometry, axis: int) -> np.ndarray:
