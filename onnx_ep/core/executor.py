@@ -16,7 +16,7 @@ import numpy as np
 from onnx_ep.core.graph import Graph
 from onnx_ep.core.kernel import ExecutionContext, WorkspaceView
 from onnx_ep.core.placement import place
-from onnx_ep.core.planner import COPY, Program, Step, build_program
+from onnx_ep.core.planner import Program, Step, build_program
 from onnx_ep.core.registry import KernelRegistry
 from onnx_ep.errors import KernelContractError, NodeError, OnnxEpError, RunCancelled
 
@@ -32,13 +32,16 @@ class Executor:
     def __init__(self, registry: KernelRegistry, providers: Sequence[str]) -> None:
         self.registry = registry
         self.providers = list(providers)
+        # subgraphs run unplanned (their shapes change per iteration), so only on host
+        # providers, whose kernels need no pre-bound device buffers
+        self.host_providers = [p for p in providers if registry.providers[p].device == "cpu"]
         self._subprograms: dict[int, Program] = {}
 
     def program_for(self, graph: Graph) -> Program:
         """The program of a (sub)graph, placed with this executor's providers."""
         prog = self._subprograms.get(id(graph))
         if prog is None:
-            prog = build_program(graph, place(graph, self.registry, self.providers))
+            prog = build_program(graph, place(graph, self.registry, self.host_providers))
             self._subprograms[id(graph)] = prog
         return prog
 
@@ -46,7 +49,8 @@ class Executor:
             outer: Mapping[str, Any] | None = None,
             workspaces: Sequence[WorkspaceView | None] | None = None,
             cancel: Callable[[], bool] | None = None,
-            weights: Any = None) -> list[Any]:
+            weights: Any = None,
+            prebound: Sequence[tuple[Any, ...]] | None = None) -> list[Any]:
         """Execute ``program`` and return its graph outputs in order.
 
         :param inputs: one value per graph input, in order.
@@ -56,6 +60,7 @@ class Executor:
             with :exc:`RunCancelled`.
         :param weights: a weight store (weight streaming): initializers are paged
             in before each step that reads them instead of being resident.
+        :param prebound: per step, the device tensors its outputs are written into.
         """
         n = program.n_slots
         # two spare slots: n receives outputs the graph does not use (slot -1 of an
@@ -71,19 +76,20 @@ class Executor:
                 env[s] = outer[name]
         steps = program.steps
         wsl = workspaces if workspaces is not None else program.no_workspaces
+        pb = prebound if prebound is not None else program.no_prebound
         i = 0
         try:
             with np.errstate(all="ignore"):   # ONNX defines inf/nan results; no warnings
                 if cancel is None and weights is None and program.fast is not None:
                     for i, (call, ctx, ins, outs, frees) in enumerate(program.fast):
-                        res: list[Any] = [None] * len(outs)
+                        res = list(pb[i])
                         call(ctx, [env[s] for s in ins], res, wsl[i])
                         for s, v in zip(outs, res):
                             env[s] = v
                         for s in frees:
                             env[s] = None
                 else:
-                    self._run_general(program, env, wsl, cancel, weights)
+                    self._run_general(program, env, wsl, pb, cancel, weights)
         except OnnxEpError:
             raise
         except Exception as exc:
@@ -95,8 +101,8 @@ class Executor:
         return [env[s] for s in program.output_slots]
 
     def _run_general(self, program: Program, env: list[Any],
-                     wsl: Sequence[WorkspaceView | None], cancel: Callable[[], bool] | None,
-                     weights: Any) -> None:
+                     wsl: Sequence[WorkspaceView | None], pb: Sequence[tuple[Any, ...]],
+                     cancel: Callable[[], bool] | None, weights: Any) -> None:
         """The loop for runs that cancel, stream weights, copy or run subgraphs."""
         steps = program.steps
         trash = program.n_slots
@@ -109,12 +115,9 @@ class Executor:
                 for s, v in zip(step.const_reads, weights.page_in(step.const_reads)):
                     env[s] = v
             args = [env[s] for s in step.in_slots]
-            if step.kind == COPY:
-                outs: list[Any] = [step.call(args[0], None)]
-            else:
-                outs = [None] * len(step.out_slots)
-                ctx = step.ctx if not step.has_subgraphs else self._scoped_ctx(step, env)
-                step.call(ctx, args, outs, wsl[i])
+            outs = list(pb[i])
+            ctx = step.ctx if not step.has_subgraphs else self._scoped_ctx(step, env)
+            step.call(ctx, args, outs, wsl[i])
             for s, v in zip(step.out_slots, outs):
                 env[s if s >= 0 else trash] = v
             for s in step.frees:

@@ -347,17 +347,66 @@ def _always_available() -> Support:
     return Support.YES
 
 
+class DeviceAllocation(Protocol):
+    """Physical device memory backing one reservation."""
+
+    ptr: int
+    nbytes: int
+
+    def free(self) -> None: ...
+
+
+class DeviceRuntime(Protocol):
+    """What the core needs from a device provider (one object per device).
+
+    The core keeps the budget and the ledger (``onnx_ep.core.memory``); the runtime
+    only backs reservations with physical memory, makes tensors, streams and copies.
+
+    :ivar device: the ledger's device name (``"cuda:0"``).
+    :ivar granularity: bytes per accounting granule of this device's allocator.
+    """
+
+    device: str
+    granularity: int
+
+    def budget(self) -> int:
+        """Bytes the device can grant now (free memory); used when no memory_limit is set."""
+        ...
+
+    def new_stream(self) -> Any:
+        """A stream for one session's steps."""
+        ...
+
+    def allocate(self, reservation: Any) -> DeviceAllocation:
+        """Back ``reservation`` (made by the core) with device memory."""
+        ...
+
+    def tensor(self, allocation: DeviceAllocation, offset: int, spec: TensorSpec) -> Any:
+        """A device tensor of ``spec`` at byte ``offset`` of ``allocation`` (no allocation)."""
+        ...
+
+    def upload(self, array: np.ndarray, out: Any, stream: Any) -> Any:
+        """Copy host ``array`` into device tensor ``out`` on ``stream``; return ``out``."""
+        ...
+
+    def download(self, tensor: Any, stream: Any) -> np.ndarray:
+        """Copy a device tensor to a new host array and wait for it."""
+        ...
+
+    def synchronize(self, stream: Any) -> None: ...
+
+
 @attrs.frozen
 class Provider:
     """An execution provider, registered through ``onnx_ep_register_providers``.
 
     :ivar name: what users write in ``providers=[...]`` (``"cpu_reference"``).
-    :ivar device: ``"cpu"`` for providers whose tensors are numpy arrays,
-        else a device type (``"cuda"``); placement inserts copies between devices.
+    :ivar device: ``"cpu"`` for providers whose tensors are numpy arrays, else a
+        device type (``"cuda"``); placement inserts copies where values change device.
     :ivar priority: order among providers when ``providers=None`` (higher first).
     :ivar is_available: returns :data:`Support.YES` or why the provider cannot run here.
-    :ivar to_host: ``to_host(tensor, stream) -> np.ndarray`` (device providers only).
-    :ivar from_host: ``from_host(array, stream) -> tensor`` (device providers only).
+    :ivar runtime: for device providers, returns the :class:`DeviceRuntime`
+        (called only once the provider is selected and available).
     :ivar description: one line for ``onnx-ep providers``.
     """
 
@@ -365,6 +414,5 @@ class Provider:
     device: str = "cpu"
     priority: int = 0
     is_available: Callable[[], Support] = _always_available
-    to_host: Callable[[Any, Any], np.ndarray] | None = None
-    from_host: Callable[[np.ndarray, Any], Any] | None = None
+    runtime: Callable[[], DeviceRuntime] | None = None
     description: str = ""

@@ -248,19 +248,25 @@ _authorities_lock = threading.Lock()
 
 
 def authority_for(device: str, limit: int | None = None,
-                  granularity: int = HOST_GRANULARITY) -> DeviceMemoryAuthority:
+                  granularity: int = HOST_GRANULARITY,
+                  budget: Any = None) -> DeviceMemoryAuthority:
     """The shared authority of ``device``.
 
-    Sessions on one device with the same ``limit`` share one budget (``None``:
-    the device's free memory when first asked). A session with its own
-    ``memory_limit`` thus joins the pool of that size.
+    Sessions on one device with the same ``limit`` share one budget. Without a limit
+    the budget is ``budget()`` (a device runtime's free memory) or, on the host,
+    ``MemAvailable``, read when the authority is first asked for.
     """
     key = (device, limit)
     with _authorities_lock:
         a = _authorities.get(key)
         if a is None:
-            budget = limit if limit is not None else host_available_bytes()
-            a = _authorities[key] = DeviceMemoryAuthority(device, budget, granularity)
+            if limit is not None:
+                size = limit
+            elif budget is not None:
+                size = int(budget())
+            else:
+                size = host_available_bytes()
+            a = _authorities[key] = DeviceMemoryAuthority(device, size, granularity)
         return a
 
 

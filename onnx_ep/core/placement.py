@@ -37,7 +37,10 @@ class PlacedNode:
 
 @attrs.define(eq=False)
 class CopyStep:
-    """Move ``src`` from device ``src_device`` to ``dst_device`` as value ``dst``."""
+    """Move ``src`` from device ``src_device`` to ``dst_device`` as value ``dst``.
+
+    ``provider`` is the device provider on the non-host side; its runtime copies.
+    """
 
     src: str
     dst: str
@@ -45,14 +48,27 @@ class CopyStep:
     dst_device: str
     provider: Provider
 
+    @property
+    def to_host(self) -> bool:
+        return self.dst_device == HOST
+
 
 @attrs.define(eq=False)
 class Placement:
-    """Ordered steps (placed nodes and copies) of one graph."""
+    """Ordered steps (placed nodes and copies) of one graph.
+
+    :ivar uploads: initializers read on a device: uploaded once per session, not per run.
+    :ivar outputs: graph output name -> the value holding it on the host.
+    """
 
     steps: list[PlacedNode | CopyStep]
-    #: final device of each graph output (copied back to the host by the executor)
-    output_devices: dict[str, str]
+    uploads: list[CopyStep] = attrs.Factory(list)
+    outputs: dict[str, str] = attrs.Factory(dict)
+
+    @property
+    def devices(self) -> set[str]:
+        """Non-host devices any step runs on."""
+        return {s.device for s in self.steps if isinstance(s, PlacedNode) and s.device != HOST}
 
     def count_by_provider(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -90,42 +106,51 @@ def place(graph: Graph, registry: KernelRegistry, providers: Sequence[str]) -> P
     :raises NoKernelError: for a node no listed provider can run.
     """
     device_of: dict[str, str] = {}
-    for v in graph.inputs:
-        device_of[v.name] = HOST
-    for name in graph.initializers:
-        device_of[name] = HOST
-    for name in graph.outer_names:
+    for name in (*[v.name for v in graph.inputs], *graph.initializers, *graph.outer_names):
         device_of[name] = HOST
     steps: list[PlacedNode | CopyStep] = []
+    uploads: list[CopyStep] = []
     copies: dict[tuple[str, str], str] = {}
+
+    def on(name: str, device: str, prov: Provider) -> str:
+        """The name of ``name``'s value on ``device``, adding a copy the first time."""
+        src_dev = device_of.get(name, HOST)
+        if src_dev == device:
+            return name
+        key = (name, device)
+        if key not in copies:
+            dst = f"{name}@{device}"
+            copy = CopyStep(name, dst, src_dev, device, prov)
+            (uploads if name in graph.initializers else steps).append(copy)
+            copies[key] = dst
+            device_of[dst] = device
+        return copies[key]
+
     for node in graph.nodes:
         meta = node_meta(node, graph)
         sel = registry.select(meta, providers)
         prov = registry.providers[sel.provider]
-        inputs = list(node.inputs)
-        for i, name in enumerate(inputs):
-            src_dev = device_of.get(name, HOST) if name else prov.device
-            if name and src_dev != prov.device:
-                key = (name, prov.device)
-                if key not in copies:
-                    dst = f"{name}@{prov.device}"
-                    copy_provider = prov if prov.device != HOST else registry.providers[
-                        _provider_on(registry, src_dev)]
-                    steps.append(CopyStep(name, dst, src_dev, prov.device, copy_provider))
-                    copies[key] = dst
-                    device_of[dst] = prov.device
-                inputs[i] = copies[key]
+        if prov.device != HOST:
+            inputs = tuple(on(n, prov.device, prov) if n else n for n in node.inputs)
+        else:
+            inputs = tuple(on(n, HOST, registry.providers[_provider_on(
+                registry, device_of.get(n, HOST))]) if n else n for n in node.inputs)
         kernel = bind_kernel(sel.kernel, meta)
-        steps.append(PlacedNode(node, meta, sel.provider, prov.device, kernel, tuple(inputs)))
+        steps.append(PlacedNode(node, meta, sel.provider, prov.device, kernel, inputs))
         for o in node.outputs:
             if o:
                 device_of[o] = prov.device
-    out_dev = {v.name: device_of.get(v.name, HOST) for v in graph.outputs}
-    return Placement(steps, out_dev)
+    outputs: dict[str, str] = {}
+    for v in graph.outputs:
+        dev = device_of.get(v.name, HOST)
+        outputs[v.name] = v.name if dev == HOST else on(
+            v.name, HOST, registry.providers[_provider_on(registry, dev)])
+    return Placement(steps, uploads, outputs)
 
 
 def _provider_on(registry: KernelRegistry, device: str) -> str:
-    for p in registry.providers.values():
+    """A provider running on ``device`` (for host values, any host provider)."""
+    for p in sorted(registry.providers.values(), key=lambda p: -p.priority):
         if p.device == device:
             return p.name
-    raise LookupError(device)
+    raise LookupError(f"no provider runs on device {device!r}")

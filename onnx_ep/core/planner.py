@@ -10,7 +10,7 @@ per-lifetime workspace peaks. See docs/MEMORY.md.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -70,12 +70,25 @@ class Program:
     #: call (no copies, no subgraphs): the executor's fast loop; else None
     fast: list[tuple[Any, ...]] | None = None
     no_workspaces: list[None] = attrs.Factory(list)
+    #: per step, the outputs list a run starts from when nothing is pre-bound
+    no_prebound: list[tuple[None, ...]] = attrs.Factory(list)
     #: index of the step the general loop is running (for error messages)
     current: list[int] = attrs.Factory(lambda: [0])
 
 
-def build_program(graph: Graph, placement: Placement) -> Program:
-    """Number every value, precompute each step's slots and liveness."""
+def build_program(graph: Graph, placement: Placement, *,
+                  streams: Mapping[str, Any] | None = None,
+                  runtimes: Mapping[str, Any] | None = None,
+                  device_constants: Mapping[str, Any] | None = None) -> Program:
+    """Number every value, precompute each step's slots and liveness.
+
+    :param streams: the stream of each non-host device, for kernels' contexts.
+    :param runtimes: the :class:`DeviceRuntime` of each non-host device, for copy steps.
+    :param device_constants: uploaded initializers by their device value name
+        (``placement.uploads``); they are constants of the program like initializers.
+    """
+    streams = streams or {}
+    runtimes = runtimes or {}
     slot_of: dict[str, int] = {}
 
     def slot(name: str) -> int:
@@ -89,6 +102,7 @@ def build_program(graph: Graph, placement: Placement) -> Program:
     input_slots = [slot(v.name) for v in graph.inputs]
     outer_slots = [slot(n) for n in graph.outer_names]
     constants = [(slot(k), v) for k, v in graph.initializers.items()]
+    constants += [(slot(k), v) for k, v in (device_constants or {}).items()]
     raw_steps: list[tuple[Any, tuple[int, ...], tuple[int, ...]]] = []
     for s in placement.steps:
         if isinstance(s, CopyStep):
@@ -98,7 +112,7 @@ def build_program(graph: Graph, placement: Placement) -> Program:
             implicit = tuple(slot(n) for n in s.node.implicit_inputs)
             outs = tuple(slot(n) for n in s.node.outputs)
             raw_steps.append((s, ins + implicit, outs))
-    output_slots = [slot(v.name) for v in graph.outputs]
+    output_slots = [slot(placement.outputs.get(v.name, v.name)) for v in graph.outputs]
 
     # liveness: a value dies after its last reader, unless it must survive the run
     keep = set(output_slots) | set(input_slots) | set(outer_slots) | {c for c, _ in constants}
@@ -120,11 +134,19 @@ def build_program(graph: Graph, placement: Placement) -> Program:
     for i, (s, ins, outs) in enumerate(raw_steps):
         const_reads = tuple(dict.fromkeys(x for x in ins if x in const_slots))
         if isinstance(s, CopyStep):
-            steps.append(Step(COPY, f"copy:{s.src}->{s.dst_device}", _copy_fn(s), None,
-                              ins, outs, tuple(frees_at[i]), copy=s, const_reads=const_reads))
+            device = s.src_device if s.to_host else s.dst_device
+            rt = runtimes.get(device)
+            if rt is None:
+                raise KernelContractError(f"provider {s.provider.name!r} on device {device!r} "
+                                          f"has no runtime() to copy {s.src!r}")
+            ctx = ExecutionContext(_copy_meta(s), stream=streams.get(device),
+                                   provider=s.provider.name)
+            steps.append(Step(COPY, f"copy:{s.src}->{s.dst_device}", CopyCall(rt, s.to_host),
+                              ctx, ins, outs, tuple(frees_at[i]), copy=s,
+                              const_reads=const_reads))
             continue
         n_explicit = len(s.inputs)
-        ctx = ExecutionContext(s.meta, provider=s.provider)
+        ctx = ExecutionContext(s.meta, provider=s.provider, stream=streams.get(s.device))
         scope = tuple((n, slot_of[n]) for n in s.node.implicit_inputs)
         steps.append(Step(KERNEL, s.node.name, s.kernel.execute_with_workspace, ctx,
                           ins[:n_explicit], outs, tuple(frees_at[i]), placed=s,
@@ -132,25 +154,42 @@ def build_program(graph: Graph, placement: Placement) -> Program:
                           has_subgraphs=bool(s.node.subgraphs)))
     n = len(slot_of)
     fast = None
-    if all(st.kind == KERNEL and not st.has_subgraphs for st in steps):
+    if not any(st.has_subgraphs for st in steps):
         fast = [(st.call, st.ctx, st.in_slots, tuple(s if s >= 0 else n for s in st.out_slots),
                  st.frees) for st in steps]
     return Program(graph, placement, steps, n, slot_of, input_slots, outer_slots,
-                   output_slots, constants, fast, [None] * len(steps))
+                   output_slots, constants, fast, [None] * len(steps),
+                   [(None,) * len(st.out_slots) for st in steps])
 
 
-def _copy_fn(c: CopyStep) -> Any:
-    if c.dst_device == "cpu":
-        to_host = c.provider.to_host
-        if to_host is None:
-            raise KernelContractError(f"provider {c.provider.name!r} on device "
-                                      f"{c.src_device!r} has no to_host()")
-        return to_host
-    from_host = c.provider.from_host
-    if from_host is None:
-        raise KernelContractError(f"provider {c.provider.name!r} on device "
-                                  f"{c.dst_device!r} has no from_host()")
-    return from_host
+class CopyCall:
+    """A copy step behind the kernel calling convention ``call(ctx, inputs, outputs, ws)``.
+
+    Host -> device writes into the pre-bound ``outputs[0]`` (a planned arena view);
+    device -> host downloads into a new host array.
+    """
+
+    __slots__ = ("runtime", "to_host")
+
+    def __init__(self, runtime: Any, to_host: bool) -> None:
+        self.runtime = runtime
+        self.to_host = to_host
+
+    def __call__(self, ctx: ExecutionContext, inputs: Sequence[Any], outputs: list[Any],
+                 workspace: Any) -> None:
+        if self.to_host:
+            outputs[0] = self.runtime.download(inputs[0], ctx.stream)
+        else:
+            if outputs[0] is None:
+                raise KernelContractError(f"{ctx.node.name}: no planned device buffer for the "
+                                          f"upload (its shape was not known at plan time)")
+            outputs[0] = self.runtime.upload(inputs[0], outputs[0], ctx.stream)
+
+
+def _copy_meta(c: CopyStep) -> NodeMeta:
+    return NodeMeta(name=f"copy:{c.src}->{c.dst_device}", op_type="MemcpyToHost" if c.to_host
+                    else "MemcpyFromHost", domain="onnx_ep", opset=1, attrs={},
+                    inputs=(None,), input_names=(c.src,), output_names=(c.dst,))
 
 
 # ---------------------------------------------------------------- per signature
@@ -186,6 +225,10 @@ class ExecutionPlan:
     metas: list[NodeMeta | None]            # aligned with steps; None for copies
     workspace: WorkspacePlan
     arena: ArenaPlan
+    #: per step, the device tensors its outputs are written into (device sessions), else None
+    prebound: list[tuple[Any, ...]] | None = None
+    #: per step, the device workspace views (device sessions), else None
+    device_workspaces: list[Any] | None = None
 
 
 def infer_specs(light_model: onnx.ModelProto | None, graph: Graph,
@@ -241,7 +284,8 @@ def light_model_for_inference(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def plan_signature(program: Program, signature: tuple[Any, ...],
-                   specs: dict[str, TensorSpec | None]) -> ExecutionPlan:
+                   specs: dict[str, TensorSpec | None],
+                   device: str | None = None) -> ExecutionPlan:
     """Ask every kernel its workspace at these shapes; compute peaks and activation sizes."""
     graph = program.graph
     per_step: list[WorkspaceRequirement] = []
@@ -251,10 +295,20 @@ def plan_signature(program: Program, signature: tuple[Any, ...],
     for st in program.steps:
         offsets.append(session_peak)
         if st.placed is None:
+            if st.copy is not None:                   # a copy keeps its source's spec
+                specs[st.copy.dst] = specs.get(st.copy.src)
             per_step.append(WorkspaceRequirement.NONE)
             metas.append(None)
             continue
         meta = node_meta(st.placed.node, graph, specs)
+        infer = getattr(st.placed.kernel, "infer_outputs", None)
+        if infer is not None and any(o is None or not o.is_static for o in meta.outputs):
+            # onnx inference could not size these outputs: the kernel can
+            for name, spec in zip(st.placed.node.outputs, infer(meta)):
+                if name and spec is not None and (specs.get(name) is None
+                                                  or not specs[name].is_static):
+                    specs[name] = spec
+            meta = node_meta(st.placed.node, graph, specs)
         metas.append(meta)
         req = st.placed.kernel.workspace_requirement(meta)
         if not isinstance(req, WorkspaceRequirement):
@@ -269,7 +323,7 @@ def plan_signature(program: Program, signature: tuple[Any, ...],
     return ExecutionPlan(signature, program, specs, metas,
                          WorkspacePlan(tuple(per_step), step_peak, session_peak,
                                        tuple(offsets)),
-                         plan_arena(program, specs))
+                         plan_arena(program, specs, device))
 
 
 # ---------------------------------------------------------------- activation arena
@@ -294,8 +348,19 @@ class ArenaPlan:
     live_peak_bytes: int
 
 
-def plan_arena(program: Program, specs: dict[str, TensorSpec | None]) -> ArenaPlan:
+def step_device(step: Step) -> str:
+    """The device a step's outputs live on."""
+    if step.copy is not None:
+        return step.copy.dst_device
+    return step.placed.device if step.placed is not None else "cpu"
+
+
+def plan_arena(program: Program, specs: dict[str, TensorSpec | None],
+               device: str | None = None) -> ArenaPlan:
     """Pack activations into one arena, reusing offsets when lifetimes do not overlap.
+
+    With ``device``, only values produced on that device are placed (a device session's
+    host-side values are numpy arrays, not arena bytes).
 
     Greedy by size (largest first), each buffer at the lowest aligned offset that
     does not overlap a placed buffer whose lifetime overlaps its own. Graph
@@ -309,6 +374,8 @@ def plan_arena(program: Program, specs: dict[str, TensorSpec | None]) -> ArenaPl
     start: dict[int, int] = {}
     end: dict[int, int] = {}
     for i, st in enumerate(program.steps):
+        if device is not None and step_device(st) != device:
+            continue      # a device session's arena holds only that device's values
         for s in st.out_slots:
             if s >= 0 and s not in skip:
                 start.setdefault(s, i)

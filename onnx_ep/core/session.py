@@ -22,6 +22,7 @@ import onnx
 
 from onnx_ep.core.admission import AdmissionRequest, describe, reserve_for_run
 from onnx_ep.core.dtypes import np_dtype
+from onnx_ep.core.device import DeviceBinding
 from onnx_ep.core.executor import Executor
 from onnx_ep.core.graph import Graph, Value, build_graph, load_model
 from onnx_ep.core.kernel import TensorSpec, WorkspaceLifetime, WorkspaceView
@@ -36,7 +37,7 @@ from onnx_ep.core.planner import (
     light_model_for_inference,
     plan_signature,
 )
-from onnx_ep.errors import FeedError, OnnxEpWarning, ProviderUnavailable
+from onnx_ep.errors import FeedError, OnnxEpWarning, PlanError, ProviderUnavailable
 from onnx_ep.plugins.admission import forced_admission
 from onnx_ep.plugins.policies import WeightStore, forced_policy
 from onnx_ep.plugins.manager import Runtime, runtime_for
@@ -114,10 +115,11 @@ class Session:
         self._graph: Graph = build_graph(proto)
         self._light = light_model_for_inference(proto)
         self._executor = Executor(self._runtime.registry, self._providers)
-        self._program: Program = build_program(
-            self._graph, place(self._graph, self._runtime.registry, self._providers))
+        self.holder = f"session-{next(_session_ids)}"
+        self._program: Program = self._build_program()
         self._plans: dict[tuple[Any, ...], ExecutionPlan] = {}
         self._lock = threading.Lock()
+        self._run_lock = threading.Lock()
         self._input_values: list[Value] = list(self._graph.inputs)
         self._input_index = {v.name: i for i, v in enumerate(self._input_values)}
         self._output_index = {v.name: i for i, v in enumerate(self._graph.outputs)}
@@ -131,11 +133,34 @@ class Session:
                  "on" if self.memory_policy.streams else "off", describe(self._admission))
         self._notify("onnx_ep_session_created", session=self)
 
+    def _build_program(self) -> Program:
+        """Place the graph; bind a device (stream, uploaded weights) when a step runs on one."""
+        reg = self._runtime.registry
+        placement = place(self._graph, reg, self._providers)
+        self._device: DeviceBinding | None = None
+        devices = placement.devices
+        if not devices:
+            return build_program(self._graph, placement)
+        if len(devices) > 1:
+            raise PlanError(f"nodes were placed on several devices {sorted(devices)}; a session "
+                            f"runs on one device (list one device provider in providers=)")
+        (dev,) = devices
+        prov = next(reg.providers[p] for p in self._providers if reg.providers[p].device == dev)
+        binding = DeviceBinding(dev, prov, self.options.memory_limit, self.holder)
+        try:
+            consts = binding.upload_constants(placement.uploads, self._graph)
+        except BaseException:
+            binding.close()
+            raise
+        self._device = binding
+        return build_program(self._graph, placement, streams={dev: binding.stream},
+                             runtimes={dev: binding.runtime}, device_constants=consts)
+
     # ---------------------------------------------------------------- memory
     def _setup_memory(self) -> None:
         """Join the device's authority, choose policy and admission, reserve the weights."""
-        self.holder = f"session-{next(_session_ids)}"
-        self._authority = authority_for("cpu", self.options.memory_limit)
+        self._authority = (self._device.authority if self._device is not None
+                           else authority_for("cpu", self.options.memory_limit))
         hook = self._runtime.pm.hook
         self._admission = (forced_admission(self.options)
                            or hook.onnx_ep_select_admission_strategy(options=self.options))
@@ -144,6 +169,12 @@ class Session:
             budget=self._authority.budget, options=self.options)
         self._held: list[Reservation] = []      # session-lifetime reservations
         self._weights: WeightStore | None = None
+        if self.memory_policy.streams and self._device is not None:
+            self._device.close()
+            raise PlanError(f"weight_streaming on {self._device.device} is not implemented yet "
+                            f"(it needs the CUDA VMM pager); weights need "
+                            f"{self._device.weight_bytes} bytes of a {self._authority.budget}-byte "
+                            f"budget. Raise memory_limit or run on cpu_reference")
         if self.memory_policy.streams:
             host = {slot: arr for slot, arr in self._program.constants}
             needs = [sum(host[c].nbytes for c in st.const_reads)
@@ -152,12 +183,13 @@ class Session:
                                         self._authority, self.holder)
             self.memory_policy.store = self._weights
             self._held.append(self._weights.reservation)
-        elif self._graph.weight_bytes:
+        elif self._graph.weight_bytes and self._device is None:
+            # on a device the binding reserved the uploaded weights already
             self._held.append(self._authority.reserve(self._graph.weight_bytes, Role.WEIGHTS,
                                                       self.holder))
         self._persistent: Reservation | None = None
         self._persistent_buf: np.ndarray | None = None
-        self._finalizer = weakref.finalize(self, _release_all, self._held)
+        self._finalizer = weakref.finalize(self, _release_all, self._held, self._device)
 
     def _static_peak(self) -> int:
         """Plan now when every input shape is static; the plan's bytes, else 0 (unknown)."""
@@ -243,6 +275,10 @@ class Session:
                 with self._lock:    # runs share one weight window: one at a time
                     outs = self._executor.run(plan.program, arrays, workspaces=workspaces,
                                               cancel=cancel, weights=self._weights)
+            elif self._device is not None:
+                with self._run_lock:    # one stream, one arena per plan: one run at a time
+                    outs = self._executor.run(plan.program, arrays, workspaces=workspaces,
+                                              cancel=cancel, prebound=plan.prebound)
             else:
                 outs = self._executor.run(plan.program, arrays, workspaces=workspaces,
                                           cancel=cancel)
@@ -337,7 +373,19 @@ class Session:
                 specs = infer_specs(self._light, self._graph, specs_in)  # type: ignore[arg-type]
             else:
                 specs = infer_specs(None, self._graph, [])
-            plan = plan_signature(self._program, signature, specs)
+            device = self._device
+            plan = plan_signature(self._program, signature, specs,
+                                  device.device if device is not None else None)
+            if device is not None:
+                # a device plan holds its arena and workspaces for the session's life: admit
+                # the whole of it now, before any run uses it
+                ws = plan.workspace
+                request = AdmissionRequest(f"{self.holder}/plan", plan.arena.size,
+                                           ws.step_peak, ws.session_peak)
+                decision = self._admission.admit(request, self._authority)
+                if decision.refusal is not None:
+                    raise decision.refusal
+                device.bind_plan(plan)
             self._plans[signature] = plan
             self.stats["plans"] += 1
             log.debug("planned signature %s: workspace step=%d session=%d", signature,
@@ -346,6 +394,8 @@ class Session:
 
     def _admit(self, plan: ExecutionPlan, holder: str) -> list[Reservation]:
         """Ask for the run's whole need before any work; reserve it or raise a refusal."""
+        if self._device is not None:
+            return []           # admitted and held when the plan was bound (see _plan)
         ws = plan.workspace
         have = self._persistent.requested if self._persistent is not None else 0
         growth = max(0, ws.session_peak - have)
@@ -373,6 +423,8 @@ class Session:
 
     def _workspace_views(self, plan: ExecutionPlan,
                          reservations: list[Reservation]) -> list[WorkspaceView | None] | None:
+        if plan.device_workspaces is not None:
+            return plan.device_workspaces
         ws = plan.workspace
         if ws.total == 0:
             return None
@@ -415,9 +467,11 @@ class Session:
                               f"{type(exc).__name__}: {exc}", OnnxEpWarning, stacklevel=3)
 
 
-def _release_all(reservations: list[Reservation]) -> None:
+def _release_all(reservations: list[Reservation], device: DeviceBinding | None) -> None:
     for r in reservations:
         r.release()
+    if device is not None:
+        device.close()
 
 
 def _sig_str(signature: tuple[Any, ...]) -> str:

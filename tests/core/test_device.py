@@ -1,0 +1,87 @@
+"""Device sessions on a fake device: copies, uploads once, pre-bound outputs, device ledger."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import onnx_ep
+from onnx_ep import SessionOptions
+from onnx_ep.errors import CapacityUnavailable
+from tests.helpers.fake_device import FakeDevicePlugin
+from tests.helpers.models import mlp_model
+
+X = np.random.default_rng(3).standard_normal((4, 8)).astype(np.float32)
+
+
+def _expected() -> np.ndarray:
+    return onnx_ep.Session(mlp_model(), providers=["cpu_reference"]).run(None, {"x": X})[0]
+
+
+def test_whole_graph_on_the_device_matches_the_reference_and_uploads_weights_once():
+    plugin = FakeDevicePlugin()
+    s = onnx_ep.Session(mlp_model(), providers=["fake", "cpu_reference"], plugins=[plugin])
+    assert s.placement_summary() == {"fake": 5}
+    rt = plugin.runtime
+    uploads_after_load = rt.uploads
+    assert uploads_after_load == 4                    # w1, b1, w2, b2
+    (y,) = s.run(None, {"x": X})
+    np.testing.assert_allclose(y, _expected(), rtol=1e-6, atol=1e-6)
+    allocations = rt.allocations
+    for _ in range(3):
+        (y2,) = s.run(None, {"x": X})
+        np.testing.assert_array_equal(y2, y)
+    assert rt.allocations == allocations              # a cached signature allocates nothing
+    assert rt.uploads == uploads_after_load + 4       # only the input, once per run
+    assert rt.downloads == 4                          # only the output, once per run
+    assert isinstance(y, np.ndarray)
+
+
+def test_device_bytes_are_in_the_device_ledger_and_released_on_close():
+    plugin = FakeDevicePlugin()
+    s = onnx_ep.Session(mlp_model(), providers=["fake", "cpu_reference"], plugins=[plugin],
+                        options=SessionOptions(memory_limit=1 << 20))
+    s.run(None, {"x": X})
+    res = s.resources()
+    assert res["device"] == "fake:0"
+    roles = res["ledger"]["by_holder"][s.holder]
+    assert roles["weights"] >= s.graph.weight_bytes and roles["activations"] > 0
+    (plan,) = res["plans"]
+    assert plan["arena_bytes"] == plan["activation_live_peak_bytes"]
+    s.close()
+    assert plugin.runtime.live == 0
+    assert s.holder not in res_after(s)
+
+
+def res_after(s: onnx_ep.Session) -> dict:
+    from onnx_ep.core.memory import authority_for
+
+    return authority_for("fake:0", 1 << 20).ledger()["by_holder"]
+
+
+def test_mixed_placement_copies_at_every_device_boundary():
+    plugin = FakeDevicePlugin(ops=("Relu",))           # MatMul/Add fall back to the reference
+    s = onnx_ep.Session(mlp_model(), providers=["fake", "cpu_reference"], plugins=[plugin])
+    assert s.placement_summary() == {"cpu_reference": 4, "fake": 1}
+    (y,) = s.run(None, {"x": X})
+    np.testing.assert_allclose(y, _expected(), rtol=1e-6, atol=1e-6)
+    assert plugin.runtime.downloads == 1 and plugin.runtime.uploads == 1
+
+
+def test_device_workspace_views_are_carved_from_device_memory():
+    plugin = FakeDevicePlugin(scratch=96)
+    s = onnx_ep.Session(mlp_model(), providers=["fake", "cpu_reference"], plugins=[plugin])
+    (y,) = s.run(None, {"x": X})
+    np.testing.assert_allclose(y, _expected(), rtol=1e-6, atol=1e-6)
+    assert s.resources()["plans"][0]["workspace_step_bytes"] == 96
+
+
+def test_a_plan_that_cannot_fit_the_device_budget_is_refused_and_session_stays_usable():
+    plugin = FakeDevicePlugin()
+    limit = 4096
+    s = onnx_ep.Session(mlp_model(), providers=["fake", "cpu_reference"], plugins=[plugin],
+                        options=SessionOptions(memory_limit=limit))
+    with pytest.raises(CapacityUnavailable):
+        s.run(None, {"x": np.ones((4096, 8), np.float32)})
+    (y,) = s.run(None, {"x": X})
+    np.testing.assert_allclose(y, _expected(), rtol=1e-6, atol=1e-6)

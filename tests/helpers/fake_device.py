@@ -1,0 +1,146 @@
+"""A fake device provider: tensors are views of host buffers, but the core cannot tell.
+
+It exercises everything a real device provider relies on (copies at device
+boundaries, weights uploaded once, outputs pre-bound from the plan's arena, device
+workspaces, the device's own memory authority) on any machine.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+
+import onnx_ep
+from onnx_ep import CaptureSupport, OpKey, Parity, Provider, Support, TensorSpec
+from onnx_ep import WorkspaceRequirement
+
+DEVICE = "fake"
+_ids = itertools.count(1)
+
+
+class FakeTensor:
+    """A 'device' tensor: only the fake runtime and kernels look inside."""
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.array.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.array.dtype
+
+
+class FakeAllocation:
+    def __init__(self, nbytes: int, runtime: FakeRuntime) -> None:
+        self.ptr = next(_ids)
+        self.nbytes = nbytes
+        self.buf = np.empty(nbytes, np.uint8)
+        self.runtime = runtime
+        self.freed = False
+
+    def free(self) -> None:
+        assert not self.freed, "double free"
+        self.freed = True
+        self.runtime.live -= 1
+
+
+class FakeRuntime:
+    device = "fake:0"
+    granularity = 256
+
+    def __init__(self, budget: int = 1 << 30) -> None:
+        self._budget = budget
+        self.allocations = 0
+        self.live = 0
+        self.uploads = 0
+        self.downloads = 0
+
+    def budget(self) -> int:
+        return self._budget
+
+    def new_stream(self) -> Any:
+        return ("fake-stream", next(_ids))
+
+    def allocate(self, reservation: Any) -> FakeAllocation:
+        assert not reservation.released
+        self.allocations += 1
+        self.live += 1
+        return FakeAllocation(reservation.nbytes, self)
+
+    def tensor(self, allocation: FakeAllocation, offset: int, spec: TensorSpec) -> FakeTensor:
+        n = spec.nbytes
+        assert offset + n <= allocation.nbytes, "view past the allocation"
+        return FakeTensor(allocation.buf[offset:offset + n].view(spec.dtype).reshape(spec.shape))
+
+    def upload(self, array: np.ndarray, out: FakeTensor, stream: Any) -> FakeTensor:
+        assert isinstance(out, FakeTensor) and out.shape == array.shape
+        np.copyto(out.array, array)
+        self.uploads += 1
+        return out
+
+    def download(self, tensor: FakeTensor, stream: Any) -> np.ndarray:
+        assert isinstance(tensor, FakeTensor)
+        self.downloads += 1
+        return tensor.array.copy()
+
+    def synchronize(self, stream: Any) -> None:
+        pass
+
+
+class FakeKernel:
+    """Writes ``fn(*inputs)`` into the pre-bound output; refuses anything but FakeTensors."""
+
+    parity = Parity.EXACT
+
+    def __init__(self, op: str, fn: Any, since: int = 1, scratch: int = 0) -> None:
+        self.key = OpKey("", op, since)
+        self.fn = fn
+        self.scratch = scratch
+        self.calls = 0
+
+    def supports(self, meta: Any) -> Support:
+        if any(s is not None and s.dtype != np.float32 for s in meta.inputs):
+            return Support.no("fake device kernels take float32 only")
+        return Support.YES
+
+    def capture_support(self) -> CaptureSupport:
+        return CaptureSupport.SUPPORTED
+
+    def workspace_requirement(self, meta: Any) -> WorkspaceRequirement:
+        return WorkspaceRequirement(self.scratch) if self.scratch else WorkspaceRequirement.NONE
+
+    def execute_with_workspace(self, ctx: Any, inputs: Any, outputs: Any, workspace: Any) -> None:
+        assert all(isinstance(x, FakeTensor) for x in inputs if x is not None), \
+            "a host value reached a device kernel: a copy step is missing"
+        assert isinstance(outputs[0], FakeTensor), "output was not pre-bound from the arena"
+        if self.scratch:
+            assert workspace is not None and isinstance(workspace.buffer, FakeTensor)
+            assert workspace.buffer.array.nbytes == self.scratch
+        self.calls += 1
+        outputs[0].array[...] = self.fn(*[x.array for x in inputs])
+
+
+class FakeDevicePlugin:
+    """Registers provider ``fake`` (priority 50) with kernels for ``ops``."""
+
+    def __init__(self, ops: tuple[str, ...] = ("Add", "Relu", "MatMul"), scratch: int = 0,
+                 budget: int = 1 << 30) -> None:
+        self.runtime = FakeRuntime(budget)
+        table = {"Add": np.add, "Relu": lambda x: np.maximum(x, 0), "MatMul": np.matmul,
+                 "Mul": np.multiply}
+        self.kernels = {op: FakeKernel(op, table[op], scratch=scratch) for op in ops}
+
+    @onnx_ep.hookimpl
+    def onnx_ep_register_providers(self, register: Any) -> None:
+        register(Provider(name="fake", device=DEVICE, priority=50,
+                          runtime=lambda: self.runtime, description="test device"))
+
+    @onnx_ep.hookimpl
+    def onnx_ep_register_kernels(self, register: Any) -> None:
+        for k in self.kernels.values():
+            register(k, provider="fake")
