@@ -40,21 +40,25 @@ class Activation(CpuKernel):
     array itself for integer inputs (its result is cast back to the input dtype).
 
     :param defaults: attribute defaults, filled in before ``fn`` sees ``attrs``.
+    :param selects: ``fn`` only selects among its inputs and constants (Relu), so numpy
+        float inputs are computed in their own dtype: bit-identical to the float64
+        recipe, without the two conversions.
     """
 
     def __init__(self, op_type: str, fn: Callable[[np.ndarray, Attrs], np.ndarray], *,
                  since: int = 1, accepts: str = FLOAT,
-                 defaults: Mapping[str, Any] | None = None) -> None:
+                 defaults: Mapping[str, Any] | None = None, selects: bool = False) -> None:
         super().__init__(op_type, since=since, parity=Parity.EXACT)
         self.fn = fn
         self.accepts = accepts
         self.defaults = dict(defaults or {})
+        self.selects = selects
 
     def run(self, ctx: ExecutionContext, x: np.ndarray) -> np.ndarray:
         check_dtype(self, ctx, self.accepts, x)
         attrs = {**self.defaults, **ctx.node.attrs}
         with np.errstate(all="ignore"):
-            if is_float(x.dtype):
+            if is_float(x.dtype) and not (self.selects and x.dtype.kind == "f"):
                 return round_from_float64(self.fn(x.astype(np.float64), attrs), x.dtype)
             return np.asarray(self.fn(x, attrs), dtype=x.dtype)
 
@@ -85,7 +89,8 @@ def _shrink(x: np.ndarray, a: Attrs) -> np.ndarray:
 
 
 _TABLE: list[CpuKernel] = [
-    Activation("Relu", lambda x, a: np.maximum(x, x.dtype.type(0)), accepts=SIGNED),
+    Activation("Relu", lambda x, a: np.maximum(x, x.dtype.type(0)), accepts=SIGNED,
+               selects=True),
     Activation("LeakyRelu", lambda x, a: np.where(x < 0, x * a["alpha"], x),
                defaults={"alpha": f32(0.01)}),
     Activation("Elu", lambda x, a: np.where(x < 0, a["alpha"] * np.expm1(x), x),

@@ -139,10 +139,13 @@ class Conv(CpuKernel):
         else:
             padded = workspace.array(plan.dtype, plan.padded)
             cols = workspace.array(plan.dtype, plan.cols, offset=plan.padded_nbytes)
-        padded.fill(0)
-        inner = (slice(None), slice(None)) + tuple(
-            slice(p, p + s) for p, s in zip(g.pads_begin, x.shape[2:]))
-        padded[inner] = x
+        if padded.shape == x.shape:
+            padded = upcast(x)  # nothing to pad: im2col reads X itself
+        else:
+            _zero_border(padded, g.pads_begin, x.shape[2:])
+            inner = (slice(None), slice(None)) + tuple(
+                slice(p, p + s) for p, s in zip(g.pads_begin, x.shape[2:]))
+            padded[inner] = x
         n, c = x.shape[:2]
         nd = len(g.kernel)
         # (N, C, *out, *kernel) -> (N, group, C/group, *kernel, *out), copied into cols
@@ -155,6 +158,15 @@ class Conv(CpuKernel):
         if b is not None:
             y += upcast(b).reshape((m,) + (1,) * nd)
         return round_to(y, x.dtype)
+
+
+def _zero_border(padded: np.ndarray, begin: Sequence[int], inner: Sequence[int]) -> None:
+    """Zero the padding of ``padded`` around its (N, C, *inner) interior, not the interior
+    itself (the caller overwrites that)."""
+    for ax, (b, size) in enumerate(zip(begin, inner)):
+        lead = (slice(None),) * (2 + ax)
+        padded[lead + (slice(0, b),)] = 0
+        padded[lead + (slice(b + size, None),)] = 0
 
 
 class ConvTranspose(CpuKernel):
