@@ -15,7 +15,7 @@ from onnx_ep.core.graph import Graph
 from onnx_ep.core.kernel import Provider, TensorSpec, WorkspaceLifetime, WorkspaceView
 from onnx_ep.core.memory import DeviceMemoryAuthority, Reservation, Role, authority_for
 from onnx_ep.core.placement import CopyStep
-from onnx_ep.core.planner import ExecutionPlan, step_device
+from onnx_ep.core.planner import ExecutionPlan, step_aliases, step_device
 from onnx_ep.errors import PlanError
 
 
@@ -91,10 +91,14 @@ class DeviceBinding:
         prebound: list[tuple[Any, ...]] = []
         for st in program.steps:
             on_device = step_device(st) == self.device
+            aliases = step_aliases(st)
             outs: list[Any] = []
-            for s in st.out_slots:
+            for j, s in enumerate(st.out_slots):
+                if on_device and s >= 0 and j in aliases:
+                    outs.append(plan.specs.get(name_of[s]))   # a view: its planned spec
+                    continue
                 if not on_device or s < 0:
-                    outs.append(None)
+                    outs.append(None)       # host value or unused output
                     continue
                 off = arena.offsets.get(s)
                 spec = plan.specs.get(name_of[s])

@@ -281,6 +281,14 @@ class Kernel(Protocol):
     - ``bind(meta: NodeMeta) -> Kernel``: return the per-node object that runs
       the node (parse attributes once here). Without it the registered object
       runs every node itself.
+    - ``infer_outputs(meta: NodeMeta) -> list[TensorSpec | None]``: output specs
+      from input specs, used where onnx's shape inference gives none (device
+      providers need every output's size at plan time).
+    - ``aliases: Mapping[int, int]``: ``{output: input}`` for outputs that are a
+      view of an input (Reshape, Squeeze). On a device such an output gets no
+      buffer: ``outputs[j]`` arrives as its planned :class:`TensorSpec` and the
+      kernel stores a view of the input there; the input's buffer stays alive
+      as long as the view is used.
     """
 
     key: OpKey

@@ -355,6 +355,16 @@ def step_device(step: Step) -> str:
     return step.placed.device if step.placed is not None else "cpu"
 
 
+def step_aliases(step: Step) -> dict[int, int]:
+    """``{output index: input index}`` for outputs that are views of an input (Reshape).
+
+    Declared by a kernel's optional ``aliases`` attribute; such outputs get no arena
+    slot: the kernel stores a view of the input, whose buffer lives as long as the view.
+    """
+    kernel = step.placed.kernel if step.placed is not None else None
+    return dict(getattr(kernel, "aliases", None) or {})
+
+
 def plan_arena(program: Program, specs: dict[str, TensorSpec | None],
                device: str | None = None) -> ArenaPlan:
     """Pack activations into one arena, reusing offsets when lifetimes do not overlap.
@@ -373,24 +383,37 @@ def plan_arena(program: Program, specs: dict[str, TensorSpec | None],
     n_steps = len(program.steps)
     start: dict[int, int] = {}
     end: dict[int, int] = {}
+    root: dict[int, int] = {}     # alias slot -> the slot whose buffer it views
+
+    def live_until(s: int, i: int) -> None:
+        r = root.get(s, s)
+        if r in start:
+            end[r] = max(end[r], i)
+
     for i, st in enumerate(program.steps):
         if device is not None and step_device(st) != device:
+            for s in st.in_slots:      # a host step reading a device value keeps it alive
+                live_until(s, i)
             continue      # a device session's arena holds only that device's values
-        for s in st.out_slots:
-            if s >= 0 and s not in skip:
-                start.setdefault(s, i)
-                end[s] = i
+        aliases = step_aliases(st) if device is not None else {}
         for s in st.in_slots:
-            if s in start:
-                end[s] = max(end[s], i)
+            live_until(s, i)
+        for j, s in enumerate(st.out_slots):
+            if s < 0 or s in skip:
+                continue
+            if j in aliases and aliases[j] < len(st.in_slots):
+                src = st.in_slots[aliases[j]]
+                root[s] = root.get(src, src)
+                live_until(s, i)
+                continue
+            start.setdefault(s, i)
+            end[s] = i
     for s in program.output_slots:
-        if s in start:
-            end[s] = n_steps
+        live_until(s, n_steps)
     # control-flow nodes also read outer-scope values through their subgraphs
     for i, st in enumerate(program.steps):
         for _, s in st.scope_slots:
-            if s in start:
-                end[s] = max(end[s], i)
+            live_until(s, i)
 
     sizes: dict[int, int] = {}
     for s in start:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 
 import onnx_ep
@@ -85,3 +86,30 @@ def test_a_plan_that_cannot_fit_the_device_budget_is_refused_and_session_stays_u
         s.run(None, {"x": np.ones((4096, 8), np.float32)})
     (y,) = s.run(None, {"x": X})
     np.testing.assert_allclose(y, _expected(), rtol=1e-6, atol=1e-6)
+
+
+def test_a_view_output_keeps_its_source_buffer_alive_in_the_arena():
+    from onnx import TensorProto, helper
+
+    from tests.helpers.oracle import ORACLE_IR_VERSION
+
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["a"]),
+         helper.make_node("Reshape", ["a", "s"], ["b"]),      # b views a's buffer
+         helper.make_node("Mul", ["x", "x"], ["t"]),            # may not reuse a's bytes
+         helper.make_node("Reshape", ["t", "s"], ["u"]),
+         helper.make_node("Add", ["b", "u"], ["y"])], "alias",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 4])],
+        initializer=[onnx.numpy_helper.from_array(np.array([8, 4], np.int64), "s")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)],
+                              ir_version=ORACLE_IR_VERSION)
+    plugin = FakeDevicePlugin(ops=("Relu", "Reshape", "Mul", "Add"))
+    s = onnx_ep.Session(model, providers=["fake", "cpu_reference"], plugins=[plugin])
+    assert s.placement_summary() == {"fake": 5}
+    (y,) = s.run(None, {"x": X})
+    expected = (np.maximum(X, 0) + X * X).reshape(8, 4)
+    np.testing.assert_array_equal(y, expected)
+    (plan,) = s.resources()["plans"]
+    assert plan["arena_bytes"] == 3 * 128      # a, t, y: the two views take no bytes
+    assert plugin.kernels["Reshape"].calls == 2

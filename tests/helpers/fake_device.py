@@ -125,6 +125,25 @@ class FakeKernel:
         outputs[0].array[...] = self.fn(*[x.array for x in inputs])
 
 
+class FakeReshape(FakeKernel):
+    """Reshape without a copy: output 0 is a view of input 0 (declared through ``aliases``)."""
+
+    aliases = {0: 0}
+
+    def __init__(self) -> None:
+        super().__init__("Reshape", None, since=5)
+
+    def supports(self, meta: Any) -> Support:
+        return Support.YES
+
+    def execute_with_workspace(self, ctx: Any, inputs: Any, outputs: Any, workspace: Any) -> None:
+        spec = outputs[0]
+        assert isinstance(inputs[0], FakeTensor) and isinstance(spec, TensorSpec), \
+            "an aliasing output arrives as its planned TensorSpec, not a buffer"
+        self.calls += 1
+        outputs[0] = FakeTensor(inputs[0].array.reshape(spec.shape))
+
+
 class FakeDevicePlugin:
     """Registers provider ``fake`` (priority 50) with kernels for ``ops``."""
 
@@ -133,7 +152,9 @@ class FakeDevicePlugin:
         self.runtime = FakeRuntime(budget)
         table = {"Add": np.add, "Relu": lambda x: np.maximum(x, 0), "MatMul": np.matmul,
                  "Mul": np.multiply}
-        self.kernels = {op: FakeKernel(op, table[op], scratch=scratch) for op in ops}
+        self.kernels: dict[str, FakeKernel] = {
+            op: FakeReshape() if op == "Reshape" else FakeKernel(op, table[op], scratch=scratch)
+            for op in ops}
 
     @onnx_ep.hookimpl
     def onnx_ep_register_providers(self, register: Any) -> None:
