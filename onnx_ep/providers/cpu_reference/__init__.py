@@ -26,6 +26,7 @@ MODULES: tuple[str, ...] = (
     "gather_scatter",
     "gemm",
     "grid",
+    "image",
     "movement",
     "normalization",
     "linalg",
