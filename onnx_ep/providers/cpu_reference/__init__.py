@@ -23,6 +23,7 @@ MODULES: tuple[str, ...] = (
     "conv",
     "detection",
     "elementwise",
+    "flex_attention",
     "gather_scatter",
     "gemm",
     "grid",
