@@ -1,0 +1,83 @@
+"""CudaRuntime: the :class:`~onnx_ep.core.kernel.DeviceRuntime` the core drives for one GPU.
+
+The core's ``DeviceBinding`` reserves every byte in the device's authority and
+then asks this object to back the reservation (:meth:`CudaRuntime.allocate`),
+make tensor views of it, and copy between host and device on the session's
+stream. See docs/MEMORY.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from onnx_ep.core.kernel import TensorSpec
+from onnx_ep.core.memory import Reservation
+from onnx_ep.providers.cuda import runtime
+from onnx_ep.providers.cuda.allocator import BLOCK_GRANULARITY, CudaAllocator, DeviceAllocation
+from onnx_ep.providers.cuda.tensor import DeviceTensor
+
+_runtimes: dict[int, CudaRuntime] = {}
+
+
+def runtime_for(ordinal: int = 0) -> CudaRuntime:
+    """The :class:`CudaRuntime` of device ``ordinal`` (one per process)."""
+    rt = _runtimes.get(ordinal)
+    if rt is None:
+        rt = _runtimes.setdefault(ordinal, CudaRuntime(runtime.get_device(ordinal)))
+    return rt
+
+
+class CudaRuntime:
+    """Backs core reservations with device memory; views, uploads, downloads.
+
+    :ivar device: the ledger's device name (``"cuda:0"``).
+    :ivar granularity: the allocator's accounting granule (512 bytes).
+    """
+
+    granularity = BLOCK_GRANULARITY
+
+    def __init__(self, device: runtime.Device) -> None:
+        self.cuda_device = device
+        self.device = f"cuda:{device.ordinal}"
+        self.allocator = CudaAllocator.for_device(device, None)
+
+    def budget(self) -> int:
+        """Free device memory now (``cuMemGetInfo``)."""
+        return self.cuda_device.free_bytes()
+
+    def new_stream(self) -> runtime.Stream:
+        return self.cuda_device.new_stream()
+
+    def allocate(self, reservation: Reservation) -> DeviceAllocation:
+        return self.allocator.back(reservation)
+
+    def tensor(self, allocation: DeviceAllocation, offset: int, spec: TensorSpec) -> DeviceTensor:
+        """A view of ``spec`` at byte ``offset`` of ``allocation`` (keeps it alive)."""
+        n = spec.nbytes
+        if offset < 0 or offset + n > max(allocation.capacity, allocation.nbytes):
+            raise ValueError(f"a {n}-byte tensor at offset {offset} does not fit in an "
+                             f"allocation of {allocation.nbytes} bytes")
+        return DeviceTensor(allocation.ptr + offset, spec.dtype, spec.shape,
+                            self.cuda_device.ordinal, owner=allocation)
+
+    def upload(self, array: np.ndarray, out: DeviceTensor, stream: runtime.Stream) -> DeviceTensor:
+        """Copy ``array`` into ``out`` (same dtype and shape), async on ``stream``."""
+        host = np.asarray(array, order="C")   # ascontiguousarray would make 0-d 1-d
+        if host.dtype != out.dtype or host.shape != out.shape:
+            raise ValueError(f"upload of {host.dtype}{list(host.shape)} into a device tensor "
+                             f"of {out.dtype}{list(out.shape)}")
+        runtime.copy_htod(out.ptr, host, stream)
+        return out
+
+    def download(self, tensor: DeviceTensor, stream: runtime.Stream) -> np.ndarray:
+        """Copy to a new host array and wait for it."""
+        return tensor.numpy(stream)
+
+    def synchronize(self, stream: runtime.Stream) -> None:
+        stream.synchronize()
+
+    def reclaim(self) -> int:
+        """Free the allocator's pooled blocks; bytes returned. Call on a refusal, then retry."""
+        return self.allocator.trim()
