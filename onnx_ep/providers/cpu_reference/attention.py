@@ -27,6 +27,7 @@ from onnx_ep.core.kernel import (
     WorkspaceRequirement,
     WorkspaceView,
 )
+from onnx_ep.providers.cpu_reference.dot import matmul
 from onnx_ep.providers.cpu_reference.base import CpuKernel
 
 _DOUBLE = onnx.TensorProto.DOUBLE
@@ -190,7 +191,7 @@ class Attention(CpuKernel):
             scores = workspace.array(dt, spec.shape)
         else:
             scores = np.empty((batch, hq, q_len, kv_len), dtype=dt)
-        np.matmul(qs, ks, out=scores.reshape(batch, hkv, rep, q_len, kv_len))
+        _matmul_into(qs, ks, scores.reshape(batch, hkv, rep, q_len, kv_len))
 
         softcap = float(node.attr("softcap", 0.0))
         if softcap > 0:
@@ -225,7 +226,8 @@ class Attention(CpuKernel):
             qk_out = scores.copy()
 
         probs = scores.astype(q.dtype).astype(dt).reshape(batch, hkv, rep, q_len, kv_len)
-        y = np.matmul(probs, v.astype(dt).reshape(batch, hkv, 1, kv_len, v.shape[3]))
+        vs = v.astype(dt).reshape(batch, hkv, 1, kv_len, v.shape[3])
+        y = _matmul_into(probs, vs, np.empty(probs.shape[:-1] + vs.shape[-1:], dt))
         y = y.reshape(batch, hq, q_len, v.shape[3]).astype(q.dtype)
         if three_d:
             y = y.transpose(0, 2, 1, 3).reshape(batch, q_len, hq * v.shape[3])
@@ -282,3 +284,14 @@ KERNELS: list[CpuKernel] = [
     Attention("Attention", since=23),
     RotaryEmbedding("RotaryEmbedding", since=23),
 ]
+
+
+def _matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``a @ b`` into ``out``. float32 accumulates in float64 and rounds once (dot.py: the
+    bytes then do not depend on the BLAS thread count); float16 stays in float16, which is
+    what onnx's expected values for half-precision Attention assume."""
+    if out.dtype == np.float32:
+        out[...] = matmul(a, b, out_dtype=np.float32)
+    else:
+        np.matmul(a, b, out=out)
+    return out
