@@ -71,7 +71,7 @@ def check(result: tuple[Any, ...], what: str = "") -> Any:
     """Unwrap a cuda-bindings result tuple, raising on failure.
 
     :param result: ``(CUresult, *values)`` as every driver binding returns.
-    :param what: the call, for the message (``"cuMemAlloc(1048576)"``).
+    :param what: the call, for the message (``"cuModuleGetFunction('fill_f32')"``).
     :returns: ``None`` for no values, the value for one, else the tuple of values.
     :raises CudaError: with ``error_name`` set to the driver's error name.
     """
