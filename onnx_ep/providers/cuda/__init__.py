@@ -22,7 +22,10 @@ from onnx_ep.plugins.hookspecs import RegisterKernel, RegisterProvider, hookimpl
 NAME = "cuda"
 
 #: kernel modules under ``providers/cuda/kernels/``; each defines ``KERNELS: list``.
-MODULES: tuple[str, ...] = ()
+MODULES: tuple[str, ...] = (
+    "cast",
+    "elementwise",
+)
 
 #: the holder that host <-> device transfers of the provider are charged to
 TRANSFER_HOLDER = "transfer"

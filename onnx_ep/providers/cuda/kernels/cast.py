@@ -1,0 +1,155 @@
+"""CUDA Cast and CastLike between float32, float16, bfloat16, float64, int64, int32, int8,
+uint8 and bool (``cast.cu``, symbols ``cast_<src>_<dst>``).
+
+Parity: exact against cpu_reference/cast.py, including the values ONNX leaves undefined
+(float -> int of NaN or out of range), which the kernels reproduce as numpy on x86 gives
+them (see cast.cu). String and float8 / int4 types are declined (they fall back).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+
+from onnx_ep.core.dtypes import np_dtype
+from onnx_ep.core.kernel import (
+    CaptureSupport,
+    ExecutionContext,
+    NodeMeta,
+    OpKey,
+    Parity,
+    Support,
+    TensorSpec,
+    WorkspaceRequirement,
+)
+from onnx_ep.providers.cuda.kernels.elementwise import (
+    ALL,
+    _numel,
+    _static,
+    dtype_names,
+    launch_geometry,
+    suffix,
+)
+
+SOURCE = "cast"
+
+
+def target_dtype(to: Any) -> np.dtype | None:
+    """numpy dtype of Cast's ``to`` (an ONNX element type, or its name before opset 6).
+
+    ``None`` for STRING and for values that name no element type.
+    """
+    try:
+        if isinstance(to, (str, bytes)):
+            name = to.decode() if isinstance(to, bytes) else to
+            to = onnx.TensorProto.DataType.Value(name.upper())
+        if int(to) == onnx.TensorProto.STRING:
+            return None
+        return np_dtype(int(to))
+    except (KeyError, ValueError, TypeError):
+        return None
+
+
+class _BoundCast:
+    """A Cast node with its source and target dtypes settled; launch only (capture-safe)."""
+
+    def __init__(self, row: Cast, src: np.dtype, dst: np.dtype) -> None:
+        self.row = row
+        self.key = row.key
+        self.parity = row.parity
+        self.symbol = f"cast_{suffix(src)}_{suffix(dst)}"
+        self.dst = dst
+        self._functions: dict[int, Any] = {}
+
+    def __repr__(self) -> str:
+        return f"Cast({self.key}, {self.symbol})"
+
+    def capture_support(self) -> CaptureSupport:
+        return CaptureSupport.SUPPORTED
+
+    def workspace_requirement(self, meta: NodeMeta) -> WorkspaceRequirement:
+        return WorkspaceRequirement.NONE
+
+    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec]:
+        return self.row.infer_outputs(meta)
+
+    def function(self, ordinal: int) -> Any:
+        fn = self._functions.get(ordinal)
+        if fn is None:
+            from onnx_ep.providers.cuda import nvrtc, runtime
+
+            fn = self._functions[ordinal] = nvrtc.get_function(
+                SOURCE, self.symbol, runtime.get_device(ordinal))
+        return fn
+
+    def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
+                               outputs: list[Any], workspace: Any) -> None:
+        from onnx_ep.providers.cuda import runtime
+
+        x, y = inputs[0], outputs[0]
+        n = _numel(y.shape)
+        if n == 0:
+            return
+        grid, block = launch_geometry(n)
+        runtime.launch(self.function(y.device), grid, block,
+                       [(int(x.ptr), ctypes.c_void_p), (int(y.ptr), ctypes.c_void_p),
+                        (n, ctypes.c_int64)], ctx.stream)
+
+
+class Cast:
+    """Cast (target from attribute ``to``) or CastLike (target = dtype of input 1)."""
+
+    def __init__(self, op_type: str, since: int) -> None:
+        self.key = OpKey("", op_type, since)
+        self.parity = Parity.EXACT
+        self.like = op_type == "CastLike"
+
+    def __repr__(self) -> str:
+        return f"Cast({self.key})"
+
+    def target(self, meta: NodeMeta) -> np.dtype | None:
+        if self.like:
+            spec = meta.inputs[1] if len(meta.inputs) > 1 else None
+            return None if spec is None else spec.dtype
+        return target_dtype(meta.attr("to"))
+
+    def supports(self, meta: NodeMeta) -> Support:
+        if not meta.inputs or not _static(meta.inputs[0]):
+            return Support.no("needs a static input shape")
+        src = meta.inputs[0].dtype  # type: ignore[union-attr]
+        dst = self.target(meta)
+        if dst is None:
+            return Support.no(f"target type {meta.attr('to')!r} is not supported (string or "
+                              f"unknown)")
+        for what, dt in (("source", src), ("target", dst)):
+            if dt not in ALL:
+                return Support.no(f"{what} dtype {dt} not in ({dtype_names(ALL)})")
+        return Support.YES
+
+    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec]:
+        x = meta.inputs[0]
+        dst = self.target(meta)
+        assert x is not None and dst is not None
+        return [TensorSpec(dst, x.shape)]
+
+    def bind(self, meta: NodeMeta) -> _BoundCast:
+        dst = self.target(meta)
+        assert dst is not None and meta.inputs[0] is not None
+        return _BoundCast(self, meta.inputs[0].dtype, dst)
+
+    def capture_support(self) -> CaptureSupport:
+        return CaptureSupport.SUPPORTED
+
+    def workspace_requirement(self, meta: NodeMeta) -> WorkspaceRequirement:
+        return WorkspaceRequirement.NONE
+
+    def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
+                               outputs: list[Any], workspace: Any) -> None:
+        self.bind(ctx.node).execute_with_workspace(ctx, inputs, outputs, workspace)
+
+
+KERNELS: list[Any] = [Cast("Cast", since=1), Cast("CastLike", since=15)]

@@ -1,0 +1,514 @@
+// Elementwise family: unary math and activations, broadcasting binary ops, Where.
+//
+// Symbols: <op>_<suffix> (suffix f32 f16 bf16 f64 i64 i32 i8 u8 b8), one template per op,
+// instantiated by the macros at the end of this file.
+//   unary:  (const T* x, Out* y, long long n, double p0, double p1)   p0/p1: attributes
+//   binary: (const T* a, const T* b, Out* y, long long n, Bcast bc)
+//   where:  (const bool* c, const T* x, const T* y, T* out, long long n, Bcast bc)
+//
+// Numerics follow cpu_reference (docs/PARITY.md): float16/bfloat16/float32 transcendental
+// functions and activations evaluate in float64 and round once; + - * / of float16 and
+// bfloat16 compute in float32 and round once (exact: float32 holds > 2p+2 bits); float64
+// in float64. NaN results reproduce x86's (see ep_float.cuh). Compile with --fmad=false.
+#include "ep_float.cuh"
+
+#pragma nv_diag_suppress 186  // unsigned instantiations of the integer templates compare with 0
+
+namespace ep {
+
+struct Bcast {
+    i64 ndim;           // 0: every input has the output's shape (flat index)
+    i64 dims[6];        // output dims after collapsing
+    i64 strides[3][6];  // element strides of each input (0 on broadcast dims)
+};
+
+__device__ __forceinline__ i64 grid_start() { return (i64)blockIdx.x * blockDim.x + threadIdx.x; }
+__device__ __forceinline__ i64 grid_step() { return (i64)blockDim.x * gridDim.x; }
+
+template <int NIN>
+__device__ __forceinline__ void offsets(const Bcast& bc, i64 i, i64 (&off)[NIN]) {
+    if (bc.ndim == 0) {
+#pragma unroll
+        for (int k = 0; k < NIN; ++k) off[k] = i;
+        return;
+    }
+#pragma unroll
+    for (int k = 0; k < NIN; ++k) off[k] = 0;
+    u64 rem = (u64)i;
+#pragma unroll
+    for (int d = 5; d >= 0; --d) {
+        if (d < bc.ndim) {
+            u64 dim = (u64)bc.dims[d];
+            u64 q = rem / dim;
+            i64 idx = (i64)(rem - q * dim);
+#pragma unroll
+            for (int k = 0; k < NIN; ++k) off[k] += idx * bc.strides[k][d];
+            rem = q;
+        }
+    }
+}
+
+// ================================================================== unary, float formats
+// Each op is f(x, p0, p1) on float64, returning the NaN the reference returns:
+// a NaN input propagates (quieted, sign kept) unless the op says otherwise; an invalid
+// operation gives x86's default NaN (negative) except where glibc returns +NaN.
+#define NAN_IN(x) if (isnan(x)) return quiet64(x)
+
+__device__ __forceinline__ double nan_or(double r, double x) {
+    if (!isnan(r)) return r;
+    return isnan(x) ? quiet64(x) : default_nan64();
+}
+// numpy clip / maximum / minimum of float64: NaN propagates, ties give the bound
+__device__ __forceinline__ double clip01(double v) {
+    if (isnan(v)) return v;
+    v = v > 0.0 ? v : 0.0;
+    return v < 1.0 ? v : 1.0;
+}
+
+// ---- fdlibm erf / erfc, ported operation by operation from cpu_reference/numerics.py
+__device__ __forceinline__ double horner(double t, const double* c, int n) {
+    double acc = t * c[n - 1];
+    acc += c[n - 2];
+    for (int k = n - 3; k >= 0; --k) {
+        acc *= t;
+        acc += c[k];
+    }
+    return acc;
+}
+
+// coefficients as numerics.py gives them (bit patterns there, exact hex floats here)
+__constant__ double PP[5] = {0x1.06eba8214db68p-3, -0x1.4cd7d691cb913p-2, -0x1.d2a51dbd7194fp-6, -0x1.7a291236668e4p-8, -0x1.8ead6120016acp-16};
+__constant__ double QQ[6] = {0x1.0000000000000p+0, 0x1.97779cddadc09p-2, 0x1.0a54c5536cebap-4, 0x1.4d022c4d36b0fp-8, 0x1.15dc9221c1a10p-13, -0x1.09c4342a26120p-18};
+__constant__ double PA[7] = {-0x1.359b8bef77538p-9, 0x1.a8d00ad92b34dp-2, -0x1.7d240fbb8c3f1p-2, 0x1.45fca805120e4p-2, -0x1.c63983d3e28ecp-4, 0x1.22a36599795ebp-5, -0x1.1bf380a96073fp-9};
+__constant__ double QA[7] = {0x1.0000000000000p+0, 0x1.b3e6618eee323p-4, 0x1.14af092eb6f33p-1, 0x1.2635cd99fe9a7p-4, 0x1.02660e763351fp-3, 0x1.bedc26b51dd1cp-7, 0x1.88b545735151dp-7};
+__constant__ double RA[8] = {-0x1.43412600d6435p-7, -0x1.63416e4ba7360p-1, -0x1.51e0441b0e726p+3, -0x1.f300ae4cba38dp+5, -0x1.44cb184282266p+7, -0x1.7135cebccabb2p+7, -0x1.4526557e4d2f2p+6, -0x1.3a0efc69ac25cp+3};
+__constant__ double SA[9] = {0x1.0000000000000p+0, 0x1.3a6b9bd707687p+4, 0x1.1350c526ae721p+7, 0x1.b290dd58a1a71p+8, 0x1.42b1921ec2868p+9, 0x1.ad02157700314p+8, 0x1.b28a3ee48ae2cp+6, 0x1.a47ef8e484a93p+2, -0x1.eeff2ee749a62p-5};
+__constant__ double RB[7] = {-0x1.4341239e86f4ap-7, -0x1.993ba70c285dep-1, -0x1.1c209555f995ap+4, -0x1.4145d43c5ed98p+7, -0x1.3ec881375f228p+9, -0x1.004616a2e5992p+10, -0x1.e384e9bdc383fp+8};
+__constant__ double SB[8] = {0x1.0000000000000p+0, 0x1.e568b261d5190p+4, 0x1.45cae221b9f0ap+8, 0x1.802eb189d5118p+10, 0x1.8ffb7688c246ap+11, 0x1.3f219cedf3be6p+11, 0x1.da874e79fe763p+8, -0x1.670e242712d62p+4};
+#define ERX 0x1.b0ac160000000p-1
+#define EFX 0x1.06eba8214db69p-3
+#define EFX8 0x1.06eba8214db69p+0
+#define ERF_RB 0x1.6db6e00000000p+1   // ~2.857143
+#define ERFC_RB 0x1.6db6d00000000p+1  // 1/0.35
+
+__device__ __forceinline__ double erf_small_y(double x) {
+    double z = x * x;
+    return horner(z, PP, 5) / horner(z, QQ, 6);
+}
+__device__ __forceinline__ double erf_mid_ratio(double a) {
+    double s = a - 1.0;
+    return horner(s, PA, 7) / horner(s, QA, 7);
+}
+// a * erfc(a) for 1.25 <= a < 28
+__device__ __forceinline__ double erf_tail_r(double a, double bound) {
+    double s = 1.0 / (a * a);
+    double ratio = a < bound ? horner(s, RA, 8) / horner(s, SA, 9)
+                             : horner(s, RB, 7) / horner(s, SB, 8);
+    double z = __longlong_as_double(__double_as_longlong(a) & (long long)0xFFFFFFFF00000000ull);
+    return exp(-(z * z) - 0.5625) * exp((z - a) * (z + a) + ratio);
+}
+__device__ double erf64(double v) {
+    double a = fabs(v);
+    double out;
+    if (isnan(v)) return quiet64(v);
+    if (a < 0.84375) {
+        if (a < 0x1p-28) {
+            out = a < 0x1p-1022 ? 0.125 * (8.0 * a + EFX8 * a) : a + EFX * a;
+        } else {
+            out = a + a * erf_small_y(a);
+        }
+    } else if (a < 1.25) {
+        out = ERX + erf_mid_ratio(a);
+    } else if (a < 6.0) {
+        out = 1.0 - erf_tail_r(a, ERF_RB) / a;
+    } else {
+        out = 1.0;
+    }
+    return copysign(out, v);
+}
+__device__ double erfc64(double x) {
+    double a = fabs(x);
+    if (isnan(x)) return quiet64(x);
+    if (a < 0.84375) {
+        double y = erf_small_y(x);
+        return x < 0.25 ? 1.0 - (x + x * y) : 0.5 - (x * y + (x - 0.5));
+    }
+    if (a < 1.25) {
+        double ratio = erf_mid_ratio(a);
+        return x >= 0 ? (1.0 - ERX) - ratio : 1.0 + (ERX + ratio);
+    }
+    if (x >= 28.0) return 0.0;
+    if (x <= -6.0) return 2.0;
+    double q = erf_tail_r(a, ERFC_RB) / a;
+    return x > 0 ? q : 2.0 - q;
+}
+
+// ---- the unary table (float64 bodies)
+#define DEF_F64(NAME, BODY) \
+    struct NAME { static __device__ __forceinline__ double f(double x, double p0, double p1) { BODY } };
+
+DEF_F64(FAbs, return from_bits64(bits64(x) & 0x7fffffffffffffffull);)
+DEF_F64(FNeg, return from_bits64(bits64(x) ^ 0x8000000000000000ull);)
+DEF_F64(FFloor, NAN_IN(x); return floor(x);)
+DEF_F64(FCeil, NAN_IN(x); return ceil(x);)
+DEF_F64(FRound, NAN_IN(x); return rint(x);)  // halves to even
+DEF_F64(FSqrt, NAN_IN(x); return nan_or(sqrt(x), x);)
+DEF_F64(FReciprocal, NAN_IN(x); return 1.0 / x;)
+DEF_F64(FSign, NAN_IN(x); return x > 0.0 ? 1.0 : (x < 0.0 ? -1.0 : 0.0);)
+DEF_F64(FExp, NAN_IN(x); return exp(x);)
+DEF_F64(FLog, NAN_IN(x); return x < 0.0 ? pos_nan64() : log(x);)  // glibc: +NaN
+DEF_F64(FSin, NAN_IN(x); return nan_or(sin(x), x);)
+DEF_F64(FCos, NAN_IN(x); return nan_or(cos(x), x);)
+DEF_F64(FTan, NAN_IN(x); return nan_or(tan(x), x);)
+DEF_F64(FAsin, NAN_IN(x); return fabs(x) > 1.0 ? pos_nan64() : asin(x);)
+DEF_F64(FAcos, NAN_IN(x); return fabs(x) > 1.0 ? pos_nan64() : acos(x);)
+DEF_F64(FAtan, NAN_IN(x); return atan(x);)
+DEF_F64(FSinh, NAN_IN(x); return sinh(x);)
+DEF_F64(FCosh, NAN_IN(x); return cosh(x);)
+// numpy's float64 tanh drops the sign of a NaN
+DEF_F64(FTanh, if (isnan(x)) return from_bits64(bits64(quiet64(x)) & 0x7fffffffffffffffull);
+        return tanh(x);)
+DEF_F64(FErf, return erf64(x);)
+// activation.py: e = exp(-|x|); x >= 0 ? 1/(1+e) : e/(1+e)  (a NaN comes out negative)
+DEF_F64(FSigmoid, if (isnan(x)) return from_bits64(bits64(quiet64(x)) | 0x8000000000000000ull);
+        double e = exp(-fabs(x));
+        return x >= 0.0 ? 1.0 / (1.0 + e) : e / (1.0 + e);)
+DEF_F64(FRelu, NAN_IN(x); return x > 0.0 ? x : 0.0;)
+DEF_F64(FLeakyRelu, NAN_IN(x); return x < 0.0 ? x * p0 : x;)
+DEF_F64(FElu, NAN_IN(x); return x < 0.0 ? p0 * expm1(x) : x;)
+DEF_F64(FSelu, NAN_IN(x); return p1 * (x <= 0.0 ? p0 * expm1(x) : x);)  // p0 alpha, p1 gamma
+// np.logaddexp(0.0, x)
+DEF_F64(FSoftplus, NAN_IN(x);
+        if (x == 0.0) return 0.0 + 0.693147180559945309417232121458176568;
+        double tmp = 0.0 - x;
+        return tmp > 0.0 ? 0.0 + log1p(exp(-tmp)) : x + log1p(exp(tmp));)
+DEF_F64(FHardSigmoid, NAN_IN(x); return clip01(p0 * x + p1);)  // p0 alpha, p1 beta
+DEF_F64(FHardSwish, NAN_IN(x); return nan_or(x * clip01(x / 6.0 + 0.5), x);)
+// 0.5 * x * erfc(-x / sqrt(2))
+DEF_F64(FGelu, NAN_IN(x); return nan_or(0.5 * x * erfc64(-x / 1.4142135623730951), x);)
+// 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3))); x*x*x is x**3 correctly
+// rounded for inputs narrower than float64 (x*x is exact); numpy's x**3 (glibc pow) is
+// off by one float64 ulp in ~0.2% of cases, which did not change a float32 result in 2e5
+// samples (the "float64, rounded once" recipe of docs/PARITY.md, not a bit-exact libm)
+DEF_F64(FGeluTanh, NAN_IN(x);
+        double inner = sqrt(2.0 / 3.141592653589793) * (x + 0.044715 * (x * x * x));
+        return nan_or(0.5 * x * (1.0 + tanh(inner)), x);)
+
+template <class T, class Op>
+__device__ __forceinline__ void unary_float(const T* x, T* y, i64 n, double p0, double p1) {
+    for (i64 i = grid_start(); i < n; i += grid_step())
+        y[i] = round_from64<T>(Op::f(to_f64(x[i]), p0, p1));
+}
+
+template <class T>
+__device__ __forceinline__ void isnan_kernel(const T* x, bool* y, i64 n) {
+    for (i64 i = grid_start(); i < n; i += grid_step()) y[i] = isnan(to_f64(x[i]));
+}
+
+// ================================================================== unary, integers
+template <class T> struct Unsigned;
+template <> struct Unsigned<i64> { typedef u64 type; };
+template <> struct Unsigned<i32> { typedef u32 type; };
+template <> struct Unsigned<i8> { typedef u8 type; };
+template <> struct Unsigned<u8> { typedef u8 type; };
+
+struct IAbs { template <class T> static __device__ T f(T x) {
+    typedef typename Unsigned<T>::type U;
+    return x < 0 ? (T)(U)((U)0 - (U)x) : x; } };  // abs(min) wraps to min, as numpy
+struct INeg { template <class T> static __device__ T f(T x) {
+    typedef typename Unsigned<T>::type U;
+    return (T)(U)((U)0 - (U)x); } };
+struct ISign { template <class T> static __device__ T f(T x) { return (T)((x > 0) - (x < 0)); } };
+struct IRelu { template <class T> static __device__ T f(T x) { return x > 0 ? x : (T)0; } };
+
+template <class T, class Op>
+__device__ __forceinline__ void unary_int(const T* x, T* y, i64 n) {
+    for (i64 i = grid_start(); i < n; i += grid_step()) y[i] = Op::template f<T>(x[i]);
+}
+
+// ================================================================== binary
+// float formats: Cmp is the compute type (float for f16/bf16/f32, double for f64)
+struct BAdd { template <class C> static __device__ C f(C a, C b) { return fix_nan2(a + b, a, b); } };
+struct BSub { template <class C> static __device__ C f(C a, C b) { return fix_nan2(a - b, a, b); } };
+struct BMul { template <class C> static __device__ C f(C a, C b) { return fix_nan2(a * b, a, b); } };
+struct BDiv { template <class C> static __device__ C f(C a, C b) { return fix_nan2(a / b, a, b); } };
+// numpy's npy_remainder (Python %): fmod, then moved to the divisor's sign
+struct BMod { template <class C> static __device__ C f(C a, C b) {
+    C mod = fmod(a, b);
+    if (b != (C)0) {
+        if (mod != (C)0) {
+            if ((b < (C)0) != (mod < (C)0)) mod += b;
+        } else {
+            mod = copysign((C)0, b);
+        }
+    }
+    return fix_nan2(mod, a, b); } };
+struct BFmod { template <class C> static __device__ C f(C a, C b) { return fix_nan2((C)fmod(a, b), a, b); } };
+// np.maximum / np.minimum of float32 and float64: NaN propagates (first operand first), ties give b
+struct BMax { template <class C> static __device__ C f(C a, C b) {
+    if (isnan(a)) return fix_nan2(a, a, b);
+    if (isnan(b)) return fix_nan2(b, a, b);
+    return a > b ? a : b; } };
+struct BMin { template <class C> static __device__ C f(C a, C b) {
+    if (isnan(a)) return fix_nan2(a, a, b);
+    if (isnan(b)) return fix_nan2(b, a, b);
+    return a < b ? a : b; } };
+
+// exact widening to the compute type C (NaN payloads kept) and rounding once back
+template <class C> struct Widen;
+template <> struct Widen<float> {
+    template <class T> static __device__ __forceinline__ float f(T x) { return to_f32(x); } };
+template <> struct Widen<double> {
+    template <class T> static __device__ __forceinline__ double f(T x) { return to_f64(x); } };
+template <class C, class T> __device__ __forceinline__ C widen_to(T x) { return Widen<C>::f(x); }
+template <class T> __device__ __forceinline__ T round_from(float r) { return round_from32<T>(r); }
+template <class T> __device__ __forceinline__ T round_from(double r) { return round_from64<T>(r); }
+
+template <class T, class Op, class C>
+__device__ __forceinline__ void binary_float(const T* a, const T* b, T* y, i64 n, const Bcast& bc) {
+    for (i64 i = grid_start(); i < n; i += grid_step()) {
+        i64 off[2];
+        offsets<2>(bc, i, off);
+        C r = Op::template f<C>(widen_to<C>(a[off[0]]), widen_to<C>(b[off[1]]));
+        y[i] = round_from<T>(r);
+    }
+}
+
+// numpy float16 maximum / minimum: (a >= b || isnan(a)) ? a : b  (ties give a)
+template <bool MAX>
+__device__ __forceinline__ void minmax_f16(const f16* a, const f16* b, f16* y, i64 n, const Bcast& bc) {
+    for (i64 i = grid_start(); i < n; i += grid_step()) {
+        i64 off[2];
+        offsets<2>(bc, i, off);
+        f16 x = a[off[0]], z = b[off[1]];
+        float fx = to_f32(x), fz = to_f32(z);
+        bool take_a = isnan(fx) || (MAX ? fx >= fz : fx <= fz);
+        y[i] = take_a ? x : z;
+    }
+}
+
+// Pow of floats: float64 pow rounded once; x**2 as x*x (exact for narrow inputs)
+__device__ __forceinline__ double pow64(double a, double b) {
+    double r = b == 2.0 ? a * a : pow(a, b);
+    if (!isnan(r)) return r;
+    return isnan(a) ? quiet64(a) : (isnan(b) ? quiet64(b) : default_nan64());
+}
+template <class T>
+__device__ __forceinline__ void pow_float(const T* a, const T* b, T* y, i64 n, const Bcast& bc) {
+    for (i64 i = grid_start(); i < n; i += grid_step()) {
+        i64 off[2];
+        offsets<2>(bc, i, off);
+        y[i] = round_from64<T>(pow64(to_f64(a[off[0]]), to_f64(b[off[1]])));
+    }
+}
+
+// integers: wrap as two's complement; a zero divisor gives 0 (the reference raises)
+struct IAdd { template <class T> static __device__ T f(T a, T b) {
+    typedef typename Unsigned<T>::type U; return (T)(U)((U)a + (U)b); } };
+struct ISub { template <class T> static __device__ T f(T a, T b) {
+    typedef typename Unsigned<T>::type U; return (T)(U)((U)a - (U)b); } };
+struct IMul { template <class T> static __device__ T f(T a, T b) {
+    typedef typename Unsigned<T>::type U; return (T)(U)((U)a * (U)b); } };
+struct IDiv { template <class T> static __device__ T f(T a, T b) {  // truncates toward zero
+    typedef typename Unsigned<T>::type U;
+    if (b == 0) return 0;
+    if ((T)-1 < 0 && b == (T)-1) return (T)(U)((U)0 - (U)a);
+    return a / b; } };
+struct IFmod { template <class T> static __device__ T f(T a, T b) {  // sign of the dividend
+    if (b == 0 || ((T)-1 < 0 && b == (T)-1)) return 0;
+    return a % b; } };
+struct IMod { template <class T> static __device__ T f(T a, T b) {  // sign of the divisor
+    if (b == 0 || ((T)-1 < 0 && b == (T)-1)) return 0;
+    T r = a % b;
+    if (r != 0 && ((r < 0) != (b < 0))) r += b;
+    return r; } };
+struct IMax { template <class T> static __device__ T f(T a, T b) { return a > b ? a : b; } };
+struct IMin { template <class T> static __device__ T f(T a, T b) { return a < b ? a : b; } };
+// cpu_reference Pow of integers: int64 power by squaring for b >= 0 (wrapping); for b < 0
+// trunc(float64 pow) through nan_to_num and astype(int64): 0 -> INT64_MIN, +-1 -> +-1, else 0
+struct IPow { template <class T> static __device__ T f(T a, T b) {
+    i64 x = (i64)a, e = (i64)b;
+    if (e < 0) {
+        if (x == 0) return (T)(u64)0x8000000000000000ull;
+        if (x == 1) return (T)1;
+        if (x == -1) return (T)((e & 1) ? -1 : 1);
+        return (T)0;
+    }
+    u64 base = (u64)x, acc = 1;
+    while (e) {
+        if (e & 1) acc *= base;
+        base *= base;
+        e >>= 1;
+    }
+    return (T)acc; } };
+
+template <class T, class Op>
+__device__ __forceinline__ void binary_int(const T* a, const T* b, T* y, i64 n, const Bcast& bc) {
+    for (i64 i = grid_start(); i < n; i += grid_step()) {
+        i64 off[2];
+        offsets<2>(bc, i, off);
+        y[i] = Op::template f<T>(a[off[0]], b[off[1]]);
+    }
+}
+
+// comparisons and logic: bool output; floats compared exactly in their compute type
+struct CEq { template <class C> static __device__ bool f(C a, C b) { return a == b; } };
+struct CLt { template <class C> static __device__ bool f(C a, C b) { return a < b; } };
+struct CLe { template <class C> static __device__ bool f(C a, C b) { return a <= b; } };
+struct CGt { template <class C> static __device__ bool f(C a, C b) { return a > b; } };
+struct CGe { template <class C> static __device__ bool f(C a, C b) { return a >= b; } };
+struct LAnd { template <class C> static __device__ bool f(C a, C b) { return a && b; } };
+struct LOr { template <class C> static __device__ bool f(C a, C b) { return a || b; } };
+struct LXor { template <class C> static __device__ bool f(C a, C b) { return a != b; } };
+
+__device__ __forceinline__ float cmp_value(f16 x) { return to_f32(x); }
+__device__ __forceinline__ float cmp_value(bf16 x) { return to_f32(x); }
+template <class T> __device__ __forceinline__ T cmp_value(T x) { return x; }
+
+template <class T, class Op>
+__device__ __forceinline__ void compare(const T* a, const T* b, bool* y, i64 n, const Bcast& bc) {
+    for (i64 i = grid_start(); i < n; i += grid_step()) {
+        i64 off[2];
+        offsets<2>(bc, i, off);
+        y[i] = Op::f(cmp_value(a[off[0]]), cmp_value(b[off[1]]));
+    }
+}
+
+// ================================================================== Where (data movement)
+template <class S>
+__device__ __forceinline__ void where_kernel(const bool* c, const S* x, const S* z, S* y, i64 n,
+                                             const Bcast& bc) {
+    for (i64 i = grid_start(); i < n; i += grid_step()) {
+        i64 off[3];
+        offsets<3>(bc, i, off);
+        y[i] = c[off[0]] ? x[off[1]] : z[off[2]];
+    }
+}
+
+}  // namespace ep
+
+using namespace ep;
+
+// ================================================================== instantiation
+#define UNARY_F(NAME, OP, T, SFX) \
+    extern "C" __global__ void NAME##_##SFX(const T* x, T* y, long long n, double p0, double p1) { \
+        unary_float<T, OP>(x, y, n, p0, p1); }
+#define UNARY_F4(NAME, OP) \
+    UNARY_F(NAME, OP, float, f32) UNARY_F(NAME, OP, __half, f16) \
+    UNARY_F(NAME, OP, __nv_bfloat16, bf16) UNARY_F(NAME, OP, double, f64)
+
+UNARY_F4(abs, FAbs)
+UNARY_F4(neg, FNeg)
+UNARY_F4(floor, FFloor)
+UNARY_F4(ceil, FCeil)
+UNARY_F4(round, FRound)
+UNARY_F4(sqrt, FSqrt)
+UNARY_F4(reciprocal, FReciprocal)
+UNARY_F4(sign, FSign)
+UNARY_F4(exp, FExp)
+UNARY_F4(log, FLog)
+UNARY_F4(sin, FSin)
+UNARY_F4(cos, FCos)
+UNARY_F4(tan, FTan)
+UNARY_F4(asin, FAsin)
+UNARY_F4(acos, FAcos)
+UNARY_F4(atan, FAtan)
+UNARY_F4(sinh, FSinh)
+UNARY_F4(cosh, FCosh)
+UNARY_F4(tanh, FTanh)
+UNARY_F4(erf, FErf)
+UNARY_F4(sigmoid, FSigmoid)
+UNARY_F4(relu, FRelu)
+UNARY_F4(leakyrelu, FLeakyRelu)
+UNARY_F4(elu, FElu)
+UNARY_F4(selu, FSelu)
+UNARY_F4(softplus, FSoftplus)
+UNARY_F4(hardsigmoid, FHardSigmoid)
+UNARY_F4(hardswish, FHardSwish)
+UNARY_F4(gelu, FGelu)
+UNARY_F4(gelu_tanh, FGeluTanh)
+
+#define ISNAN(T, SFX) \
+    extern "C" __global__ void isnan_##SFX(const T* x, bool* y, long long n, double, double) { \
+        isnan_kernel<T>(x, y, n); }
+ISNAN(float, f32) ISNAN(__half, f16) ISNAN(__nv_bfloat16, bf16) ISNAN(double, f64)
+
+extern "C" __global__ void not_b8(const bool* x, bool* y, long long n, double, double) {
+    for (i64 i = grid_start(); i < n; i += grid_step()) y[i] = !x[i];
+}
+
+#define UNARY_I(NAME, OP, T, SFX) \
+    extern "C" __global__ void NAME##_##SFX(const T* x, T* y, long long n, double, double) { \
+        unary_int<T, OP>(x, y, n); }
+#define UNARY_I3(NAME, OP) \
+    UNARY_I(NAME, OP, long long, i64) UNARY_I(NAME, OP, int, i32) UNARY_I(NAME, OP, signed char, i8)
+UNARY_I3(abs, IAbs) UNARY_I(abs, IAbs, unsigned char, u8)
+UNARY_I3(neg, INeg)
+UNARY_I3(sign, ISign) UNARY_I(sign, ISign, unsigned char, u8)
+UNARY_I3(relu, IRelu)
+
+// binary arithmetic
+#define BIN_F(NAME, OP, T, SFX, C) \
+    extern "C" __global__ void NAME##_##SFX(const T* a, const T* b, T* y, long long n, Bcast bc) { \
+        binary_float<T, OP, C>(a, b, y, n, bc); }
+#define BIN_I(NAME, OP, T, SFX) \
+    extern "C" __global__ void NAME##_##SFX(const T* a, const T* b, T* y, long long n, Bcast bc) { \
+        binary_int<T, OP>(a, b, y, n, bc); }
+#define BIN_INTS(NAME, OP) \
+    BIN_I(NAME, OP, long long, i64) BIN_I(NAME, OP, int, i32) \
+    BIN_I(NAME, OP, signed char, i8) BIN_I(NAME, OP, unsigned char, u8)
+// float16 / float32 in float32 (numpy's loops), bfloat16 / float64 in float64 (the
+// reference widens bfloat16 to float64); for + - * / both round to the same value
+#define BIN_FLOATS(NAME, OP) \
+    BIN_F(NAME, OP, float, f32, float) BIN_F(NAME, OP, __half, f16, float) \
+    BIN_F(NAME, OP, __nv_bfloat16, bf16, double) BIN_F(NAME, OP, double, f64, double)
+
+BIN_FLOATS(add, BAdd) BIN_INTS(add, IAdd)
+BIN_FLOATS(sub, BSub) BIN_INTS(sub, ISub)
+BIN_FLOATS(mul, BMul) BIN_INTS(mul, IMul)
+BIN_FLOATS(div, BDiv) BIN_INTS(div, IDiv)
+BIN_FLOATS(mod, BMod) BIN_INTS(mod, IMod)
+BIN_FLOATS(fmod, BFmod) BIN_INTS(fmod, IFmod)
+BIN_INTS(pow, IPow)
+BIN_F(max, BMax, float, f32, float) BIN_F(max, BMax, __nv_bfloat16, bf16, double)
+BIN_F(max, BMax, double, f64, double) BIN_INTS(max, IMax)
+BIN_F(min, BMin, float, f32, float) BIN_F(min, BMin, __nv_bfloat16, bf16, double)
+BIN_F(min, BMin, double, f64, double) BIN_INTS(min, IMin)
+
+extern "C" __global__ void max_f16(const __half* a, const __half* b, __half* y, long long n, Bcast bc) {
+    minmax_f16<true>(a, b, y, n, bc);
+}
+extern "C" __global__ void min_f16(const __half* a, const __half* b, __half* y, long long n, Bcast bc) {
+    minmax_f16<false>(a, b, y, n, bc);
+}
+
+#define POW_F(T, SFX) \
+    extern "C" __global__ void pow_##SFX(const T* a, const T* b, T* y, long long n, Bcast bc) { \
+        pow_float<T>(a, b, y, n, bc); }
+POW_F(float, f32) POW_F(__half, f16) POW_F(__nv_bfloat16, bf16) POW_F(double, f64)
+
+// comparisons and logic
+#define CMP(NAME, OP, T, SFX) \
+    extern "C" __global__ void NAME##_##SFX(const T* a, const T* b, bool* y, long long n, Bcast bc) { \
+        compare<T, OP>(a, b, y, n, bc); }
+#define CMP_NUM(NAME, OP) \
+    CMP(NAME, OP, float, f32) CMP(NAME, OP, __half, f16) CMP(NAME, OP, __nv_bfloat16, bf16) \
+    CMP(NAME, OP, double, f64) CMP(NAME, OP, long long, i64) CMP(NAME, OP, int, i32) \
+    CMP(NAME, OP, signed char, i8) CMP(NAME, OP, unsigned char, u8)
+CMP_NUM(equal, CEq) CMP(equal, CEq, bool, b8)
+CMP_NUM(less, CLt)
+CMP_NUM(less_equal, CLe)
+CMP_NUM(greater, CGt)
+CMP_NUM(greater_equal, CGe)
+CMP(and, LAnd, bool, b8)
+CMP(or, LOr, bool, b8)
+CMP(xor, LXor, bool, b8)
+
+// Where moves bytes: instantiated per dtype on an unsigned type of the same width
+#define WHERE(SFX, S) \
+    extern "C" __global__ void where_##SFX(const bool* c, const S* x, const S* z, S* y, \
+                                           long long n, Bcast bc) { \
+        where_kernel<S>(c, x, z, y, n, bc); }
+WHERE(f32, unsigned int) WHERE(f16, unsigned short) WHERE(bf16, unsigned short)
+WHERE(f64, unsigned long long) WHERE(i64, unsigned long long) WHERE(i32, unsigned int)
+WHERE(i8, unsigned char) WHERE(u8, unsigned char) WHERE(b8, unsigned char)

@@ -1,0 +1,484 @@
+"""CUDA elementwise family: unary math and activations, broadcasting binary ops, Where.
+
+One class per family (:class:`Unary`, :class:`Binary`, :class:`Where`), one instance per
+table row; the CUDA bodies are templates in ``elementwise.cu`` named ``<op>_<suffix>``.
+:meth:`bind` parses attributes once and returns a :class:`_Bound` node object that
+caches the broadcast layout per shape tuple on the host; execution only launches.
+
+Parity (docs/PARITY.md): every row promises ``exact``. Integer, bool, comparison, Where
+and IEEE basic arithmetic are correctly rounded; transcendental functions and activations
+of float16 / bfloat16 / float32 are evaluated in float64 and rounded once, like
+cpu_reference, and NaNs come out with the sign and payload x86 gives them. float64
+inputs of libm functions (Exp, Tanh, Pow, ...) are declined: CUDA's float64 libm may
+differ from numpy's by an ulp, and there is no wider type to hide it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from onnx_ep.core.kernel import (
+    CaptureSupport,
+    ExecutionContext,
+    NodeMeta,
+    OpKey,
+    Parity,
+    Support,
+    TensorSpec,
+    WorkspaceRequirement,
+)
+
+SOURCE = "elementwise"
+MAX_RANK = 6
+BLOCK = 256
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+BOOL = np.dtype(np.bool_)
+
+#: numpy dtype -> (symbol suffix, C++ type in the .cu files)
+DTYPES: dict[np.dtype, tuple[str, str]] = {
+    np.dtype(np.float32): ("f32", "float"),
+    np.dtype(np.float16): ("f16", "__half"),
+    BF16: ("bf16", "__nv_bfloat16"),
+    np.dtype(np.float64): ("f64", "double"),
+    np.dtype(np.int64): ("i64", "int64_t"),
+    np.dtype(np.int32): ("i32", "int32_t"),
+    np.dtype(np.int8): ("i8", "int8_t"),
+    np.dtype(np.uint8): ("u8", "uint8_t"),
+    BOOL: ("b8", "bool"),
+}
+
+F64 = frozenset({np.dtype(np.float64)})
+FLOATS = frozenset(np.dtype(t) for t in (np.float32, np.float16, BF16, np.float64))
+NARROW_FLOATS = FLOATS - F64  # libm functions: float64 declined (see module docstring)
+SIGNED_INTS = frozenset(np.dtype(t) for t in (np.int64, np.int32, np.int8))
+INTS = SIGNED_INTS | {np.dtype(np.uint8)}
+NUMERIC = FLOATS | INTS
+ALL = NUMERIC | {BOOL}
+
+
+def suffix(dtype: Any) -> str:
+    """The symbol suffix of ``dtype`` (``float32`` -> ``"f32"``); KeyError for others."""
+    return DTYPES[np.dtype(dtype)][0]
+
+
+def dtype_names(dtypes: frozenset[np.dtype]) -> str:
+    return ", ".join(sorted(str(d) for d in dtypes))
+
+
+# ---------------------------------------------------------------- broadcast layout
+
+
+class Bcast(ctypes.Structure):
+    """The by-value kernel argument ``ep::Bcast`` of elementwise.cu."""
+
+    _fields_ = [("ndim", ctypes.c_int64),
+                ("dims", ctypes.c_int64 * MAX_RANK),
+                ("strides", (ctypes.c_int64 * MAX_RANK) * 3)]
+
+
+def broadcast_shape(*shapes: Sequence[int]) -> tuple[int, ...]:
+    """numpy's multidirectional broadcast of ``shapes``; ValueError when they do not broadcast."""
+    return tuple(np.broadcast_shapes(*(tuple(s) for s in shapes)))
+
+
+def broadcast_layout(out_shape: Sequence[int], in_shapes: Sequence[Sequence[int]]
+                     ) -> tuple[int, tuple[int, ...], tuple[tuple[int, ...], ...]]:
+    """Collapsed dims and per-input element strides for reading ``in_shapes`` at ``out_shape``.
+
+    :returns: ``(ndim, dims, strides)``; ``ndim == 0`` means every input has the output's
+        shape (the kernel uses the flat index). Broadcast dims get stride 0; dims of size 1
+        are dropped and neighbours that are contiguous in every input are merged, so a
+        row-vector bias over a matrix stays 2-D whatever the rank.
+    :raises ValueError: more than :data:`MAX_RANK` dims remain after collapsing.
+    """
+    out = tuple(int(d) for d in out_shape)
+    if all(tuple(s) == out for s in in_shapes):
+        return 0, (), tuple(() for _ in in_shapes)
+    rank = len(out)
+    strides: list[list[int]] = []
+    for shape in in_shapes:
+        padded = (1,) * (rank - len(shape)) + tuple(int(d) for d in shape)
+        st, acc = [0] * rank, 1
+        for d in range(rank - 1, -1, -1):
+            st[d] = 0 if padded[d] == 1 else acc
+            acc *= padded[d]
+        strides.append(st)
+    dims: list[int] = []
+    cols: list[list[int]] = [[] for _ in in_shapes]
+    for d in range(rank):
+        if out[d] == 1:
+            continue
+        if dims and all(cols[k][-1] == strides[k][d] * out[d] for k in range(len(in_shapes))):
+            dims[-1] *= out[d]
+            for k in range(len(in_shapes)):
+                cols[k][-1] = strides[k][d]
+            continue
+        dims.append(out[d])
+        for k in range(len(in_shapes)):
+            cols[k].append(strides[k][d])
+    if not dims:  # every dim is 1: one element
+        dims, cols = [1], [[0] for _ in in_shapes]
+    if len(dims) > MAX_RANK:
+        raise ValueError(f"broadcast of {list(map(tuple, in_shapes))} to {out} needs "
+                         f"{len(dims)} dims after collapsing; the kernels take {MAX_RANK}")
+    return len(dims), tuple(dims), tuple(tuple(c) for c in cols)
+
+
+def make_bcast(layout: tuple[int, tuple[int, ...], tuple[tuple[int, ...], ...]]) -> Bcast:
+    ndim, dims, strides = layout
+    bc = Bcast()
+    bc.ndim = ndim
+    for d, v in enumerate(dims):
+        bc.dims[d] = v
+    for k, col in enumerate(strides):
+        for d, v in enumerate(col):
+            bc.strides[k][d] = v
+    return bc
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _static(spec: TensorSpec | None) -> bool:
+    return spec is not None and spec.is_static
+
+
+def _numel(shape: Sequence[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def _attr_str(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def launch_geometry(n: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """Grid and block of the grid-stride loops (at most 65535 * 32 blocks of 256)."""
+    blocks = max(1, min(-(-int(n) // BLOCK), 65535 * 32))
+    return (blocks, 1, 1), (BLOCK, 1, 1)
+
+
+class _Bound:
+    """One node bound to one table row: the symbol, scalar attributes and a layout cache.
+
+    Launches only: no allocation, synchronization or host copy (capture-safe).
+    """
+
+    def __init__(self, row: Any, symbol: str, scalars: tuple[float, ...] = ()) -> None:
+        self.row = row
+        self.key: OpKey = row.key
+        self.parity: Parity = row.parity
+        self.symbol = symbol
+        self.scalars = scalars
+        self._layouts: dict[tuple[tuple[int, ...], ...], Bcast] = {}
+        self._functions: dict[int, Any] = {}
+
+    def __repr__(self) -> str:
+        return f"{type(self.row).__name__}({self.key}, {self.symbol})"
+
+    def capture_support(self) -> CaptureSupport:
+        return CaptureSupport.SUPPORTED
+
+    def workspace_requirement(self, meta: NodeMeta) -> WorkspaceRequirement:
+        return WorkspaceRequirement.NONE
+
+    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec]:
+        return self.row.infer_outputs(meta)
+
+    def function(self, ordinal: int) -> Any:
+        fn = self._functions.get(ordinal)
+        if fn is None:
+            from onnx_ep.providers.cuda import nvrtc, runtime
+
+            fn = self._functions[ordinal] = nvrtc.get_function(
+                SOURCE, self.symbol, runtime.get_device(ordinal))
+        return fn
+
+    def layout(self, out_shape: tuple[int, ...], shapes: tuple[tuple[int, ...], ...]) -> Bcast:
+        key = (out_shape, *shapes)
+        bc = self._layouts.get(key)
+        if bc is None:
+            if len(self._layouts) >= 16:  # dynamic shapes: keep the cache small
+                self._layouts.clear()
+            bc = self._layouts[key] = make_bcast(broadcast_layout(out_shape, shapes))
+        return bc
+
+    def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
+                               outputs: list[Any], workspace: Any) -> None:
+        from onnx_ep.providers.cuda import runtime
+
+        y = outputs[0]
+        n = _numel(y.shape)
+        if n == 0:
+            return
+        grid, block = launch_geometry(n)
+        ptrs = [(int(t.ptr), ctypes.c_void_p) for t in inputs]
+        args: list[tuple[Any, Any]] = [*ptrs, (int(y.ptr), ctypes.c_void_p), (n, ctypes.c_int64)]
+        if self.row.family == "unary":
+            args += [(self.scalars[0], ctypes.c_double), (self.scalars[1], ctypes.c_double)]
+        else:
+            shapes = tuple(tuple(t.shape) for t in inputs)
+            args.append((self.layout(tuple(y.shape), shapes), None))  # struct by value
+        runtime.launch(self.function(y.device), grid, block, args, ctx.stream)
+
+
+# ---------------------------------------------------------------- unary
+
+
+class Unary:
+    """``y = f(x)``, one instance per table row.
+
+    :param symbol: the kernel name in elementwise.cu without the dtype suffix.
+    :param dtypes: input dtypes the row accepts.
+    :param attrs: ``((name, default), ...)``: float attributes passed as p0, p1.
+    :param out_bool: the output is bool (IsNaN).
+    """
+
+    family = "unary"
+
+    def __init__(self, op_type: str, symbol: str, dtypes: frozenset[np.dtype], *,
+                 since: int = 1, attrs: tuple[tuple[str, float], ...] = (),
+                 out_bool: bool = False) -> None:
+        self.key = OpKey("", op_type, since)
+        self.parity = Parity.EXACT
+        self.symbol = symbol
+        self.dtypes = dtypes
+        self.attrs = attrs
+        self.out_bool = out_bool
+
+    def __repr__(self) -> str:
+        return f"Unary({self.key})"
+
+    def supports(self, meta: NodeMeta) -> Support:
+        if len(meta.inputs) != 1 or not _static(meta.inputs[0]):
+            return Support.no("needs one input of static shape")
+        dt = meta.inputs[0].dtype  # type: ignore[union-attr]
+        if dt not in self.dtypes:
+            why = (" (float64 libm results may differ from numpy's by an ulp)"
+                   if dt in F64 and self.dtypes == NARROW_FLOATS else "")
+            return Support.no(f"dtype {dt} not in ({dtype_names(self.dtypes)}){why}")
+        if self.key.op_type == "Gelu":
+            approx = _attr_str(meta.attr("approximate", "none"))
+            if approx not in ("none", "tanh"):
+                return Support.no(f"approximate={approx!r} is not 'none' or 'tanh'")
+        return Support.YES
+
+    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec]:
+        x = meta.inputs[0]
+        assert x is not None
+        return [TensorSpec(BOOL if self.out_bool else x.dtype, x.shape)]
+
+    def bind(self, meta: NodeMeta) -> _Bound:
+        symbol = self.symbol
+        if self.key.op_type == "Gelu" and _attr_str(meta.attr("approximate", "none")) == "tanh":
+            symbol = "gelu_tanh"
+        values = [float(meta.attr(name, default)) for name, default in self.attrs]
+        values += [0.0] * (2 - len(values))
+        return _Bound(self, f"{symbol}_{suffix(meta.inputs[0].dtype)}",  # type: ignore[union-attr]
+                      tuple(values))
+
+    # an unbound row is not run by the executor; these keep it a complete Kernel
+    def capture_support(self) -> CaptureSupport:
+        return CaptureSupport.SUPPORTED
+
+    def workspace_requirement(self, meta: NodeMeta) -> WorkspaceRequirement:
+        return WorkspaceRequirement.NONE
+
+    def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
+                               outputs: list[Any], workspace: Any) -> None:
+        self.bind(ctx.node).execute_with_workspace(ctx, inputs, outputs, workspace)
+
+
+def f32(value: float) -> float:
+    """An attribute default as ONNX stores it (a float32 widened), as cpu_reference uses it."""
+    return float(np.float32(value))
+
+
+_UNARY: list[Unary] = [
+    Unary("Abs", "abs", NUMERIC),
+    Unary("Neg", "neg", FLOATS | SIGNED_INTS),
+    Unary("Floor", "floor", FLOATS),
+    Unary("Ceil", "ceil", FLOATS),
+    Unary("Round", "round", FLOATS, since=11),
+    Unary("Sign", "sign", NUMERIC, since=9),
+    Unary("Sqrt", "sqrt", FLOATS),
+    Unary("Reciprocal", "reciprocal", FLOATS),
+    Unary("IsNaN", "isnan", FLOATS, since=9, out_bool=True),
+    Unary("Not", "not", frozenset({BOOL})),
+    Unary("Relu", "relu", FLOATS | SIGNED_INTS),
+    Unary("LeakyRelu", "leakyrelu", FLOATS, attrs=(("alpha", f32(0.01)),)),
+    Unary("HardSigmoid", "hardsigmoid", FLOATS, attrs=(("alpha", f32(0.2)), ("beta", 0.5))),
+    Unary("HardSwish", "hardswish", FLOATS, since=14),
+    # libm functions: float64 in, rounded once; float64 inputs declined
+    Unary("Elu", "elu", NARROW_FLOATS, attrs=(("alpha", 1.0),)),
+    Unary("Selu", "selu", NARROW_FLOATS,
+          attrs=(("alpha", f32(1.67326319217681884765625)),
+                 ("gamma", f32(1.05070102214813232421875)))),
+    Unary("Sigmoid", "sigmoid", NARROW_FLOATS),
+    Unary("Softplus", "softplus", NARROW_FLOATS),
+    Unary("Gelu", "gelu", NARROW_FLOATS, since=20),
+] + [
+    Unary(op, op.lower(), NARROW_FLOATS, since=since) for op, since in (
+        ("Exp", 1), ("Log", 1), ("Sin", 7), ("Cos", 7), ("Tan", 7), ("Asin", 7), ("Acos", 7),
+        ("Atan", 7), ("Sinh", 9), ("Cosh", 9), ("Tanh", 1), ("Erf", 9))
+]
+
+
+# ---------------------------------------------------------------- binary
+
+
+class Binary:
+    """``y = a op b`` with numpy broadcasting of up to 6 dims; one instance per row.
+
+    :param out_bool: the result is bool (comparisons, logic) rather than the input dtype.
+    :param variadic: Max / Min: the ONNX op is variadic; only the two-input form runs here.
+    """
+
+    family = "binary"
+
+    def __init__(self, op_type: str, symbol: str, dtypes: frozenset[np.dtype], *,
+                 since: int = 1, out_bool: bool = False, variadic: bool = False) -> None:
+        self.key = OpKey("", op_type, since)
+        self.parity = Parity.EXACT
+        self.symbol = symbol
+        self.dtypes = dtypes
+        self.out_bool = out_bool
+        self.variadic = variadic
+
+    def __repr__(self) -> str:
+        return f"Binary({self.key})"
+
+    def supports(self, meta: NodeMeta) -> Support:
+        if len(meta.inputs) != 2:
+            what = "two inputs (the variadic form falls back)" if self.variadic else "two inputs"
+            return Support.no(f"needs {what}, got {len(meta.inputs)}")
+        a, b = meta.inputs
+        if not (_static(a) and _static(b)):
+            return Support.no("needs static input shapes")
+        assert a is not None and b is not None
+        if a.dtype != b.dtype:
+            return Support.no(f"inputs must share one dtype, got {a.dtype} and {b.dtype}")
+        if a.dtype not in self.dtypes:
+            why = (" (float64 pow may differ from numpy's by an ulp)"
+                   if self.key.op_type == "Pow" and a.dtype in F64 else "")
+            return Support.no(f"dtype {a.dtype} not in ({dtype_names(self.dtypes)}){why}")
+        if meta.opset < 7 and tuple(a.shape) != tuple(b.shape):
+            return Support.no(f"legacy broadcast (opset {meta.opset} < 7) of {a.shape} and "
+                              f"{b.shape} is not implemented")
+        if self.key.op_type == "Mod" and int(meta.attr("fmod", 0)) not in (0, 1):
+            return Support.no(f"fmod={meta.attr('fmod')!r} is not 0 or 1")
+        return _check_broadcast(a.shape, b.shape)
+
+    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec]:
+        a, b = meta.inputs
+        assert a is not None and b is not None
+        return [TensorSpec(BOOL if self.out_bool else a.dtype, broadcast_shape(a.shape, b.shape))]
+
+    def bind(self, meta: NodeMeta) -> _Bound:
+        symbol = self.symbol
+        if self.key.op_type == "Mod" and int(meta.attr("fmod", 0)) == 1:
+            symbol = "fmod"
+        return _Bound(self, f"{symbol}_{suffix(meta.inputs[0].dtype)}")  # type: ignore[union-attr]
+
+    def capture_support(self) -> CaptureSupport:
+        return CaptureSupport.SUPPORTED
+
+    def workspace_requirement(self, meta: NodeMeta) -> WorkspaceRequirement:
+        return WorkspaceRequirement.NONE
+
+    def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
+                               outputs: list[Any], workspace: Any) -> None:
+        self.bind(ctx.node).execute_with_workspace(ctx, inputs, outputs, workspace)
+
+
+def _check_broadcast(*shapes: Sequence[int]) -> Support:
+    try:
+        out = broadcast_shape(*shapes)
+    except ValueError as exc:
+        return Support.no(f"shapes {', '.join(map(str, map(tuple, shapes)))} do not "
+                          f"broadcast: {exc}")
+    try:
+        broadcast_layout(out, shapes)
+    except ValueError as exc:
+        return Support.no(str(exc))
+    return Support.YES
+
+
+_BINARY: list[Binary] = [
+    Binary("Add", "add", NUMERIC),
+    Binary("Sub", "sub", NUMERIC),
+    Binary("Mul", "mul", NUMERIC),
+    Binary("Div", "div", NUMERIC),
+    Binary("Mod", "mod", NUMERIC, since=10),
+    Binary("Pow", "pow", NARROW_FLOATS | INTS),
+    Binary("Max", "max", NUMERIC, variadic=True),
+    Binary("Min", "min", NUMERIC, variadic=True),
+    Binary("And", "and", frozenset({BOOL}), out_bool=True),
+    Binary("Or", "or", frozenset({BOOL}), out_bool=True),
+    Binary("Xor", "xor", frozenset({BOOL}), out_bool=True),
+    Binary("Equal", "equal", ALL, out_bool=True),
+    Binary("Less", "less", NUMERIC, out_bool=True),
+    Binary("LessOrEqual", "less_equal", NUMERIC, out_bool=True, since=12),
+    Binary("Greater", "greater", NUMERIC, out_bool=True),
+    Binary("GreaterOrEqual", "greater_equal", NUMERIC, out_bool=True, since=12),
+]
+
+
+# ---------------------------------------------------------------- Where
+
+
+class Where:
+    """``cond ? x : y`` with three-way broadcasting; moves bytes (exact for every dtype)."""
+
+    family = "where"
+
+    def __init__(self, op_type: str = "Where", since: int = 9) -> None:
+        self.key = OpKey("", op_type, since)
+        self.parity = Parity.EXACT
+        self.dtypes = ALL
+
+    def __repr__(self) -> str:
+        return f"Where({self.key})"
+
+    def supports(self, meta: NodeMeta) -> Support:
+        if len(meta.inputs) != 3 or not all(_static(s) for s in meta.inputs):
+            return Support.no("needs three inputs of static shape")
+        c, x, y = meta.inputs
+        assert c is not None and x is not None and y is not None
+        if c.dtype != BOOL:
+            return Support.no(f"condition must be bool, got {c.dtype}")
+        if x.dtype != y.dtype:
+            return Support.no(f"X and Y must share one dtype, got {x.dtype} and {y.dtype}")
+        if x.dtype not in self.dtypes:
+            return Support.no(f"dtype {x.dtype} not in ({dtype_names(self.dtypes)})")
+        return _check_broadcast(c.shape, x.shape, y.shape)
+
+    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec]:
+        c, x, y = meta.inputs
+        assert c is not None and x is not None and y is not None
+        return [TensorSpec(x.dtype, broadcast_shape(c.shape, x.shape, y.shape))]
+
+    def bind(self, meta: NodeMeta) -> _Bound:
+        return _Bound(self, f"where_{suffix(meta.inputs[1].dtype)}")  # type: ignore[union-attr]
+
+    def capture_support(self) -> CaptureSupport:
+        return CaptureSupport.SUPPORTED
+
+    def workspace_requirement(self, meta: NodeMeta) -> WorkspaceRequirement:
+        return WorkspaceRequirement.NONE
+
+    def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
+                               outputs: list[Any], workspace: Any) -> None:
+        self.bind(ctx.node).execute_with_workspace(ctx, inputs, outputs, workspace)
+
+
+ROWS: Mapping[str, Any] = {k.key.op_type: k for k in (*_UNARY, *_BINARY)}
+KERNELS: list[Any] = [*_UNARY, *_BINARY, Where()]

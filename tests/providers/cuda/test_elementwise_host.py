@@ -1,0 +1,256 @@
+"""CPU-runnable checks of the CUDA elementwise and Cast kernels' host logic."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from onnx_ep.core.kernel import NodeMeta, Parity, TensorSpec, WorkspaceRequirement, check_kernel
+from onnx_ep.providers.cpu_reference import activation as ref_activation
+from onnx_ep.providers.cpu_reference import cast as ref_cast
+from onnx_ep.providers.cpu_reference import elementwise as ref_elementwise
+from onnx_ep.providers.cuda.kernels import cast, elementwise
+from onnx_ep.providers.cuda.kernels.elementwise import (
+    Bcast,
+    broadcast_layout,
+    make_bcast,
+    suffix,
+)
+
+KERNELS_DIR = Path(elementwise.__file__).parent
+
+
+def meta(op: str, *specs: tuple, opset: int = 21, **attrs) -> NodeMeta:
+    return NodeMeta(name="n", op_type=op, domain="", opset=opset, attrs=attrs,
+                    inputs=tuple(TensorSpec(dt, shape) for dt, shape in specs))
+
+
+def row(op: str):
+    return next(k for k in elementwise.KERNELS + cast.KERNELS if k.key.op_type == op)
+
+
+def gather(layout, out_shape, arrays):
+    """Emulate the kernel's indexing on the host: out[i] reads in_k[offset_k(i)]."""
+    ndim, dims, strides = layout
+    n = int(np.prod(out_shape, dtype=np.int64))
+    res = []
+    for k, arr in enumerate(arrays):
+        flat = arr.reshape(-1)
+        if ndim == 0:
+            res.append(flat[:n].copy())
+            continue
+        idx = np.arange(n)
+        off = np.zeros(n, np.int64)
+        for d in range(ndim - 1, -1, -1):
+            off += (idx % dims[d]) * strides[k][d]
+            idx //= dims[d]
+        res.append(flat[off])
+    return res
+
+
+@pytest.mark.parametrize("shapes", [
+    [(2, 3, 4), (2, 3, 4)],
+    [(2, 3, 4), (4,)],
+    [(2, 3, 4), (3, 1)],
+    [(2, 1, 4), (1, 3, 1)],
+    [(5,), ()],
+    [(), ()],
+    [(1, 1), (1,)],
+    [(2, 3, 4, 5, 6, 7, 8), (8,)],
+    [(2, 1, 3, 1, 4, 1), (1, 2, 1, 3, 1, 4)],
+    [(3, 1, 5), (3, 4, 1), (1, 4, 5)],
+])
+def test_broadcast_layout_reads_what_numpy_broadcasts(shapes):
+    out = np.broadcast_shapes(*shapes)
+    arrays = [np.arange(int(np.prod(s)), dtype=np.int64).reshape(s) for s in shapes]
+    layout = broadcast_layout(out, shapes)
+    assert layout[0] <= 6
+    for got, arr in zip(gather(layout, out, arrays), arrays):
+        np.testing.assert_array_equal(got, np.broadcast_to(arr, out).reshape(-1))
+
+
+def test_broadcast_layout_collapses_contiguous_dims():
+    assert broadcast_layout((2, 3, 4), [(2, 3, 4), (2, 3, 4)])[0] == 0   # flat
+    assert broadcast_layout((2, 3, 4), [(2, 3, 4), (4,)]) == (2, (6, 4), ((4, 1), (0, 1)))
+    assert broadcast_layout((8, 1, 16), [(8, 1, 16), (1,)]) == (1, (128,), ((1,), (0,)))
+
+
+def test_broadcast_layout_refuses_more_than_six_dims():
+    shape_a = (2, 1) * 4
+    shape_b = (1, 2) * 4
+    with pytest.raises(ValueError, match="6"):
+        broadcast_layout(np.broadcast_shapes(shape_a, shape_b), [shape_a, shape_b])
+    verdict = row("Add").supports(meta("Add", (np.float32, shape_a), (np.float32, shape_b)))
+    assert not verdict and "6" in verdict.reason
+
+
+def test_bcast_struct_matches_the_cuda_layout():
+    assert Bcast.__dict__["ndim"].offset == 0
+    assert Bcast.__dict__["dims"].offset == 8
+    assert Bcast.__dict__["strides"].offset == 56
+    assert Bcast().__class__.__sizeof__ and __import__("ctypes").sizeof(Bcast) == 200
+    bc = make_bcast(broadcast_layout((2, 3, 4), [(2, 3, 4), (4,)]))
+    assert bc.ndim == 2 and list(bc.dims[:2]) == [6, 4]
+    assert list(bc.strides[0][:2]) == [4, 1] and list(bc.strides[1][:2]) == [0, 1]
+
+
+def test_dtype_suffixes_and_cpp_types():
+    assert suffix(np.float32) == "f32" and suffix(np.float16) == "f16"
+    assert suffix(ml_dtypes.bfloat16) == "bf16" and suffix(np.bool_) == "b8"
+    assert {v[1] for v in elementwise.DTYPES.values()} == {
+        "float", "__half", "__nv_bfloat16", "double", "int64_t", "int32_t", "int8_t",
+        "uint8_t", "bool"}
+    with pytest.raises(KeyError):
+        suffix(np.complex64)
+
+
+def _symbols(source: str) -> set[str]:
+    """Kernel names the macros of ``source`` instantiate (parsed, not compiled)."""
+    text = (KERNELS_DIR / f"{source}.cu").read_text()
+    names = set(re.findall(r'extern "C" __global__ void (\w+)\(', text))
+    macro_calls = re.findall(r"\b(UNARY_F4|UNARY_I3|UNARY_I|ISNAN|BIN_FLOATS|BIN_INTS|BIN_F|"
+                             r"POW_F|CMP_NUM|CMP|WHERE|CAST_FROM)\(([^()]*)\)", text)
+    float_sfx, int3 = ["f32", "f16", "bf16", "f64"], ["i64", "i32", "i8"]
+    for macro, args in macro_calls:
+        a = [s.strip() for s in args.split(",")]
+        if macro in ("UNARY_F4", "BIN_FLOATS"):
+            names |= {f"{a[0]}_{s}" for s in float_sfx}
+        elif macro == "UNARY_I3":
+            names |= {f"{a[0]}_{s}" for s in int3}
+        elif macro == "BIN_INTS":
+            names |= {f"{a[0]}_{s}" for s in int3 + ["u8"]}
+        elif macro == "CMP_NUM":
+            names |= {f"{a[0]}_{s}" for s in float_sfx + int3 + ["u8"]}
+        elif macro in ("UNARY_I", "BIN_F", "CMP"):
+            if a[0] not in ("NAME",):
+                names.add(f"{a[0]}_{a[3]}")
+        elif macro in ("ISNAN",):
+            if a[0] != "T":
+                names.add(f"isnan_{a[1]}")
+        elif macro == "POW_F":
+            if a[0] != "T":
+                names.add(f"pow_{a[1]}")
+        elif macro == "WHERE":
+            if a[0] != "SFX":
+                names.add(f"where_{a[0]}")
+        elif macro == "CAST_FROM":
+            if a[0] != "S":
+                names |= {f"cast_{a[1]}_{d}" for d in
+                          ("f32", "f16", "bf16", "f64", "i64", "i32", "i8", "u8", "b8")}
+    return names
+
+
+def test_every_supported_row_and_dtype_has_a_cuda_symbol():
+    have = _symbols("elementwise")
+    for k in elementwise.KERNELS:
+        for dt in k.dtypes:
+            shapes = [(dt, (2, 3))] * (3 if k.key.op_type == "Where" else
+                                       2 if k.family == "binary" else 1)
+            if k.key.op_type == "Where":
+                shapes[0] = (np.bool_, (2, 3))
+            m = meta(k.key.op_type, *shapes)
+            assert k.supports(m), (k, dt, k.supports(m))
+            bound = k.bind(m)
+            assert bound.symbol in have, bound.symbol
+            if k.key.op_type == "Mod":
+                assert k.bind(meta("Mod", *shapes, fmod=1)).symbol in have
+            if k.key.op_type == "Gelu":
+                assert k.bind(meta("Gelu", *shapes, approximate="tanh")).symbol in have
+    cast_have = _symbols("cast")
+    for src in elementwise.ALL:
+        for dst in elementwise.ALL:
+            b = cast.KERNELS[0].bind(meta("Cast", (src, (4,)), to=_onnx_type(dst)))
+            assert b.symbol in cast_have
+
+
+def _onnx_type(dt) -> int:
+    from onnx_ep.core.dtypes import onnx_elem_type
+    return onnx_elem_type(dt)
+
+
+def test_rows_satisfy_the_kernel_protocol_and_match_reference_since():
+    ref = {k.key.op_type: k.key.since for k in
+           ref_elementwise.KERNELS + ref_activation.KERNELS + ref_cast.KERNELS}
+    for k in elementwise.KERNELS + cast.KERNELS:
+        assert check_kernel(k) is None, k
+        assert k.parity == Parity.EXACT
+        assert k.key.since == ref[k.key.op_type], k.key
+        m = meta(k.key.op_type, (np.float32, (2,)))
+        assert k.workspace_requirement(m) == WorkspaceRequirement.NONE
+        assert k.capture_support().supported
+
+
+def test_supports_declines_with_reasons():
+    f32, f64 = np.float32, np.float64
+    assert not row("Exp").supports(meta("Exp", (f64, (3,))))
+    assert "ulp" in row("Exp").supports(meta("Exp", (f64, (3,)))).reason
+    assert row("Sqrt").supports(meta("Sqrt", (f64, (3,))))           # IEEE: exact in float64
+    assert not row("Exp").supports(meta("Exp", (np.int32, (3,))))
+    assert not row("Exp").supports(meta("Exp", (f32, ("N", 3))))     # symbolic shape
+    assert not row("Gelu").supports(meta("Gelu", (f32, (3,)), approximate="erf"))
+    assert not row("Add").supports(meta("Add", (f32, (3,)), (np.float16, (3,))))
+    assert not row("Add").supports(meta("Add", (f32, (3,)), (f32, (4,))))
+    assert not row("Add").supports(meta("Add", (f32, (2, 3)), (f32, (3,)), opset=6))
+    assert row("Add").supports(meta("Add", (f32, (2, 3)), (f32, (2, 3)), opset=6))
+    assert not row("Max").supports(meta("Max", (f32, (3,)), (f32, (3,)), (f32, (3,))))
+    assert not row("Pow").supports(meta("Pow", (f64, (3,)), (f64, (3,))))
+    assert not row("Pow").supports(meta("Pow", (f32, (3,)), (np.int64, (3,))))
+    assert not row("Mod").supports(meta("Mod", (f32, (3,)), (f32, (3,)), fmod=2))
+    assert not row("Less").supports(meta("Less", (np.bool_, (3,)), (np.bool_, (3,))))
+    assert row("Equal").supports(meta("Equal", (np.bool_, (3,)), (np.bool_, (3,))))
+    assert not row("And").supports(meta("And", (f32, (3,)), (f32, (3,))))
+    assert not row("Neg").supports(meta("Neg", (np.uint8, (3,))))
+    where = row("Where")
+    assert where.supports(meta("Where", (np.bool_, (2, 1)), (f32, (3,)), (f32, (2, 3))))
+    assert not where.supports(meta("Where", (np.int8, (2, 1)), (f32, (3,)), (f32, (2, 3))))
+    assert not where.supports(meta("Where", (np.bool_, (2,)), (f32, (3,)), (f32, (3,))))
+    c = cast.KERNELS[0]
+    assert c.supports(meta("Cast", (f32, (3,)), to=10))                 # FLOAT16
+    assert c.supports(meta("Cast", (f32, (3,)), to="INT64", opset=5))   # named before opset 6
+    assert not c.supports(meta("Cast", (f32, (3,)), to=8))              # STRING
+    assert not c.supports(meta("Cast", (f32, (3,)), to=17))             # FLOAT8E4M3FN
+    assert not c.supports(meta("Cast", (np.uint16, (3,)), to=1))
+    like = cast.KERNELS[1]
+    assert like.supports(meta("CastLike", (f32, (3,)), (ml_dtypes.bfloat16, (1,))))
+
+
+def test_infer_outputs():
+    f32 = np.float32
+    assert row("Add").infer_outputs(meta("Add", (f32, (2, 1, 4)), (f32, (3, 1)))) == [
+        TensorSpec(f32, (2, 3, 4))]
+    assert row("Less").infer_outputs(meta("Less", (f32, (4,)), (f32, ()))) == [
+        TensorSpec(np.bool_, (4,))]
+    assert row("IsNaN").infer_outputs(meta("IsNaN", (np.float16, (2, 2)))) == [
+        TensorSpec(np.bool_, (2, 2))]
+    assert row("Relu").infer_outputs(meta("Relu", (np.int8, (5,)))) == [TensorSpec(np.int8, (5,))]
+    assert row("Where").infer_outputs(
+        meta("Where", (np.bool_, (2, 1)), (np.int64, (3,)), (np.int64, ()))) == [
+        TensorSpec(np.int64, (2, 3))]
+    assert cast.KERNELS[0].infer_outputs(meta("Cast", (f32, (2, 3)), to=16)) == [
+        TensorSpec(ml_dtypes.bfloat16, (2, 3))]
+    assert cast.KERNELS[1].infer_outputs(
+        meta("CastLike", (f32, (7,)), (np.int8, (1,)))) == [TensorSpec(np.int8, (7,))]
+
+
+def test_bind_parses_attributes_once():
+    b = row("LeakyRelu").bind(meta("LeakyRelu", (np.float16, (3,))))
+    assert b.symbol == "leakyrelu_f16" and b.scalars == (float(np.float32(0.01)), 0.0)
+    b = row("HardSigmoid").bind(meta("HardSigmoid", (np.float32, (3,)), alpha=0.5))
+    assert b.scalars == (0.5, 0.5)
+    b = row("Selu").bind(meta("Selu", (ml_dtypes.bfloat16, (3,))))
+    assert b.symbol == "selu_bf16" and b.scalars[1] == float(np.float32(1.0507009873554805))
+    assert row("Mod").bind(meta("Mod", (np.int32, (3,)), (np.int32, (3,)), fmod=1)).symbol \
+        == "fmod_i32"
+    assert row("Gelu").bind(meta("Gelu", (np.float32, (3,)), approximate=b"tanh")).symbol \
+        == "gelu_tanh_f32"
+
+
+def test_bound_layout_cache_is_per_shape_tuple():
+    b = row("Add").bind(meta("Add", (np.float32, (2, 3)), (np.float32, (3,))))
+    first = b.layout((2, 3), ((2, 3), (3,)))
+    assert b.layout((2, 3), ((2, 3), (3,))) is first
+    assert b.layout((4, 3), ((4, 3), (3,))) is not first
