@@ -32,6 +32,7 @@ MODULES: tuple[str, ...] = (
     "normalization",
     "linalg",
     "loss",
+    "ml",
     "optional",
     "pool",
     "recent",
