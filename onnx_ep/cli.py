@@ -1,4 +1,4 @@
-"""The ``onnx-ep`` command: run a model, list providers, run the built-in demo.
+"""The ``onnx-ep`` command: run a model, compare providers, list providers, run the demo.
 
 Errors raised by onnx-ep (:mod:`onnx_ep.errors`) print one ``error: ...`` line
 on stderr and exit with status 2, like a usage error; anything else is a bug
@@ -184,20 +184,26 @@ def _random_inputs(graph: Any, dims: Mapping[str, int], seed: int,
     return feeds
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    progress = _Progress(not args.json)
-    sess, load_s = _open_session(args.model, args.provider, progress)
-    feeds = _load_inputs(args.input)
-    known = {v.name for v in sess.graph.inputs}
+def _complete_feeds(graph: Any, feeds: dict[str, Any],
+                    args: argparse.Namespace) -> dict[str, Any]:
+    """``feeds`` checked against the graph's inputs and completed by --random-inputs."""
+    known = {v.name for v in graph.inputs}
     if unknown := sorted(set(feeds) - known):
         raise FeedError(f"--input names unknown input(s) {', '.join(unknown)}; the model's "
                         f"inputs are: {', '.join(sorted(known)) or 'none'}",
                         input_name=unknown[0])
     if args.random_inputs:
-        feeds.update(_random_inputs(sess.graph, dict(args.dim), args.seed, skip=list(feeds)))
+        feeds.update(_random_inputs(graph, dict(args.dim), args.seed, skip=list(feeds)))
     elif missing := sorted(known - set(feeds)):
         raise FeedError(f"no value for input(s) {', '.join(missing)}; pass --input NAME=FILE.npy "
                         f"or --random-inputs")
+    return feeds
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    progress = _Progress(not args.json)
+    sess, load_s = _open_session(args.model, args.provider, progress)
+    feeds = _complete_feeds(sess.graph, _load_inputs(args.input), args)
     outs, timing = _timed_runs(sess, feeds, args.repeat, progress)
     res = {"model": args.model, "inputs": [
         {"name": k, "shape": list(np.shape(v)), "dtype": str(getattr(v, "dtype", type(v)))}
@@ -209,6 +215,53 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"input {i['name']}: shape {i['shape']} {i['dtype']}")
         _print_result(res)
     return 0
+
+
+# ---------------------------------------------------------------- parity
+
+
+def _provider_under_test(reference: str) -> str:
+    """The best available provider other than ``reference`` (``cuda`` when present)."""
+    from onnx_ep import available_providers
+    from onnx_ep.errors import ProviderUnavailable
+
+    available = available_providers()
+    others = [p for p in available if p != reference]
+    if not others:
+        raise ProviderUnavailable("", f"no provider other than the reference {reference!r} "
+                                  f"is available to compare; pass --provider", available)
+    return others[0]
+
+
+def cmd_parity(args: argparse.Namespace) -> int:
+    import attrs
+
+    from onnx_ep.core.graph import build_graph, load_model
+    from onnx_ep.testing.parity import compare
+
+    progress = _Progress(not args.json)
+    if args.model is None:
+        from onnx_ep.demo import build_demo_model, demo_feeds
+
+        progress.say("building demo model...")
+        model: Any = build_demo_model()
+        feeds: dict[str, Any] = {} if args.random_inputs else dict(demo_feeds())
+    else:
+        model, feeds = load_model(args.model), {}
+    feeds.update(_load_inputs(args.input))
+    feeds = _complete_feeds(build_graph(model), feeds, args)
+    provider = args.provider or _provider_under_test(args.reference)
+    both = provider if provider == args.reference else f"{provider} and {args.reference}"
+    progress.say(f"running on {both}{', comparing every node' if args.per_node else ''}...")
+    report = compare(model, feeds, provider=provider, reference=args.reference,
+                     per_node=args.per_node)
+    if args.model is not None:
+        report = attrs.evolve(report, model=args.model)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print(report)
+    return 0 if report.ok else 1
 
 
 # ---------------------------------------------------------------- resources
@@ -394,6 +447,36 @@ def build_parser() -> argparse.ArgumentParser:
                                       "plugin registration errors.")
     prov.add_argument("--json", action="store_true", help="print JSON")
     prov.set_defaults(func=cmd_providers)
+
+    par = sub.add_parser(
+        "parity", help="compare a provider with the reference; exit 1 on a broken promise",
+        description="Run MODEL (the built-in demo transformer when omitted) on --provider "
+                    "(nodes it cannot run fall back to --reference) and on --reference alone, "
+                    "and print, per output, whether the bytes are equal, the max ULP, abs and "
+                    "rel error, and whether the promise of the kernel that produced it holds. "
+                    "--per-node also compares every node, fed the reference's inputs, and "
+                    "names the first one that breaks its promise. Exit status: 0 when every "
+                    "promise holds, 1 when one is broken, 2 on errors.")
+    par.add_argument("model", metavar="MODEL", nargs="?", default=None,
+                     help="path of an .onnx file (default: the demo transformer and its "
+                          "token ids)")
+    par.add_argument("--provider", default=None, metavar="P",
+                     help="the provider under test (default: the best available provider "
+                          "other than the reference)")
+    par.add_argument("--reference", default="cpu_reference", metavar="R",
+                     help="the provider to compare against (default: cpu_reference)")
+    par.add_argument("--per-node", action="store_true",
+                     help="compare every node and report the first that breaks its promise")
+    par.add_argument("--input", action="append", default=[], type=_input_arg,
+                     metavar="NAME=FILE.npy", help="feed input NAME from a .npy file (repeatable)")
+    par.add_argument("--random-inputs", action="store_true",
+                     help="random values for inputs not given with --input (as for 'run')")
+    par.add_argument("--dim", action="append", default=[], type=_dim_arg, metavar="NAME=INT",
+                     help="value of a symbolic dim for --random-inputs (repeatable)")
+    par.add_argument("--seed", type=int, default=0, help="seed for --random-inputs (default: 0)")
+    par.add_argument("--json", action="store_true",
+                     help="print the report as one JSON document and no progress")
+    par.set_defaults(func=cmd_parity)
 
     res = sub.add_parser(
         "resources", help="print the memory budget, ledger, plan sizes and policy",
