@@ -15,6 +15,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+import onnx_ep
 from onnx_ep import Parity
 from onnx_ep.cli import main
 from onnx_ep.demo import build_demo_model, demo_feeds
@@ -207,10 +208,12 @@ def test_cli_exits_0_when_every_promise_holds(tmp_path: Path, capsys) -> None:
 
 
 @pytest.mark.usefixtures("fake_installed")
-def test_cli_exits_1_on_a_broken_promise_and_names_the_node_per_node(tmp_path: Path,
-                                                                      capsys) -> None:
+def test_cli_exits_1_on_a_broken_promise_and_names_the_node_per_node(
+        tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
     model = _save(amplifying_model(), tmp_path / "m.onnx")
-    # the provider defaults to the best available one other than the reference
+    # the provider defaults to the best available one other than the reference (on a GPU
+    # machine that would be cuda, hence the pinned list)
+    monkeypatch.setattr(onnx_ep, "available_providers", lambda: ["cpu_reference", FAKE])
     assert main(["parity", model, "--random-inputs"]) == 1
     assert "BROKEN: output(s) y, s break the promise" in capsys.readouterr().out
     assert main(["parity", model, "--random-inputs", "--per-node", "--json"]) == 1
@@ -230,9 +233,11 @@ def test_cli_demo_model_against_itself_exits_0(capsys) -> None:
 @pytest.mark.parametrize("argv", [
     ["parity", "missing.onnx", "--provider", "cpu_reference", "--random-inputs"],
     ["parity", "--provider", "no_such_provider"],
+    ["parity", "--provider", "cpu_reference", "--reference", "no_such_provider"],
     ["parity"],   # only cpu_reference is available: nothing to compare it with
 ])
-def test_cli_errors_exit_2(argv: list[str], capsys) -> None:
+def test_cli_errors_exit_2(argv: list[str], capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(onnx_ep, "available_providers", lambda: ["cpu_reference"])
     assert main(argv) == 2
     lines = capsys.readouterr().err.strip().splitlines()   # progress lines, then the error
     assert lines[-1].startswith("error: ") and sum(x.startswith("error") for x in lines) == 1
