@@ -8,7 +8,10 @@ in float64 and rounded once. onnxruntime sums in the input dtype, hence a tolera
 Where the spec is silent we follow onnxruntime: ArrayFeatureExtractor of a 1-D input
 returns ``[1, k]`` and rejects indices outside ``[0, last_dim)``; TreeEnsemble's MIN/MAX
 leave a target no leaf contributed to at 0; PROBIT uses the same erfinv approximation
-(Winitzki, a = 0.147) as onnxruntime and onnx's reference.
+(Winitzki, a = 0.147) as onnxruntime and onnx's reference. Where onnxruntime 1.32
+departs from the spec we follow the spec: post_transform 1 is SOFTMAX and 2 LOGISTIC
+(onnxruntime swaps them), a repeated LabelEncoder key takes its last value (onnxruntime
+its first), BRANCH_MEMBER tests exact equality (onnxruntime truncates some features).
 """
 
 from __future__ import annotations
@@ -109,9 +112,8 @@ class LabelEncoder(CpuKernel):
         if ctx.node.opset < 2:
             return self._classes(ctx, x)
         node = ctx.node
-        keys = self._one_of(ctx, "keys", [*_LIST_KEYS, "keys_tensor"])
-        vname = self._one_of(ctx, "values", [*_LIST_VALUES, "values_tensor"])
-        kname = keys
+        kname = self._one_of(ctx, [*_LIST_KEYS, "keys_tensor"])
+        vname = self._one_of(ctx, [*_LIST_VALUES, "values_tensor"])
         if kname == "keys_tensor":
             keys = np.asarray(node.attr(kname)).reshape(-1)
         else:
@@ -143,7 +145,7 @@ class LabelEncoder(CpuKernel):
             default = str(default)
         return _lookup(x, keys, values, default)
 
-    def _one_of(self, ctx: ExecutionContext, what: str, names: list[str]) -> str:
+    def _one_of(self, ctx: ExecutionContext, names: list[str]) -> str:
         given = [n for n in names if ctx.node.attr(n) is not None]
         if len(given) != 1:
             raise self.fail(ctx, f"exactly one of {', '.join(names)} must be set, "
