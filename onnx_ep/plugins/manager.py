@@ -36,6 +36,7 @@ PLUGINS_ENV = "ONNX_EP_PLUGINS"
 #: built-in plugin modules, registered through the same hooks as third parties
 BUILTIN_PLUGINS: tuple[str, ...] = (
     "onnx_ep.providers.cpu_reference",
+    "onnx_ep.providers.cuda",
     "onnx_ep.plugins.policies",
     "onnx_ep.plugins.admission",
 )

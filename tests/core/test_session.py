@@ -214,8 +214,19 @@ class TestModelErrors:
 
 
 def test_unknown_provider_is_a_clear_error():
-    with pytest.raises(ProviderUnavailable, match="'cuda' is unavailable.*onnx-ep\\[cuda\\]"):
+    with pytest.raises(ProviderUnavailable, match="'warp' is unavailable.*no such provider") as e:
+        onnx_ep.Session(mlp_model(), providers=["warp"])
+    assert e.value.provider == "warp" and "cpu_reference" in str(e.value)
+
+
+def test_cuda_without_a_usable_gpu_is_a_clear_error():
+    if "cuda" in onnx_ep.available_providers():
+        pytest.skip("this machine has a usable GPU")
+    with pytest.raises(ProviderUnavailable, match="'cuda' is unavailable: .+Available providers: "
+                                                  "cpu_reference"):
         onnx_ep.Session(mlp_model(), providers=["cuda"])
+    # providers=None picks what is available: cpu_reference here
+    assert onnx_ep.Session(mlp_model()).get_providers() == ["cpu_reference"]
 
 
 def test_options_from_toml(tmp_path):

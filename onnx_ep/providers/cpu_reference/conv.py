@@ -27,6 +27,7 @@ from onnx_ep.core.kernel import (
 )
 from onnx_ep.errors import NodeError
 from onnx_ep.providers.cpu_reference.base import CpuKernel
+from onnx_ep.providers.cpu_reference.dot import wide
 from onnx_ep.providers.cpu_reference.lowfloat import compute_dtype, round_to, upcast
 from onnx_ep.providers.cpu_reference.windows import (
     WindowGeometry,
@@ -154,7 +155,8 @@ class Conv(CpuKernel):
         np.copyto(cols.reshape((n, plan.groups, c // plan.groups) + g.kernel + g.out),
                   win.transpose(order))
         wm = upcast(w).reshape(plan.groups, m // plan.groups, -1)
-        y = np.matmul(wm, cols).reshape((n, m) + g.out)
+        # float64 accumulation: bytes independent of the BLAS thread count (dot.py)
+        y = np.matmul(wide(wm), wide(cols)).reshape((n, m) + g.out)
         if b is not None:
             y += upcast(b).reshape((m,) + (1,) * nd)
         return round_to(y, x.dtype)
@@ -201,7 +203,7 @@ class ConvTranspose(CpuKernel):
         # columns: for every input position, its (M/group * prod(kernel)) contributions
         xg = upcast(x).reshape(n, groups, c // groups, -1)
         wg = upcast(w).reshape(groups, c // groups, mg * int(np.prod(kernel)))
-        cols = np.matmul(wg.transpose(0, 2, 1), xg)  # (N, group, Mg*K, P_in)
+        cols = np.matmul(wide(wg.transpose(0, 2, 1)), wide(xg))  # (N, group, Mg*K, P_in)
         cols = cols.reshape((n, groups * mg) + kernel + tuple(spatial))
         # accumulate into a canvas that covers both the full result and the crop
         lo = [min(0, bg) for bg in begin]

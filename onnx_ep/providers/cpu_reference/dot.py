@@ -5,10 +5,15 @@ several, so float32 products change bits with the thread count. Its float64 path
 (dgemm) does not on the BLAS builds we measured, and a float64 sum of float32
 products rounded once to float32 is insensitive to the order of the sum except in
 the rare case where it lands within 2^-29 relative of a float32 rounding boundary.
-Every matmul-shaped reference kernel (MatMul, Gemm, Conv via im2col, Attention)
-goes through :func:`matmul`, which makes the reference deterministic across thread
-counts and more accurate than single-precision accumulation, at about twice the
-cost of sgemm. Integer products accumulate in their own type (wrapping), exactly.
+Every matmul-shaped reference kernel (MatMul, Gemm, Conv and ConvTranspose via
+im2col, Attention) goes through :func:`matmul`, which makes the reference
+deterministic across thread counts and more accurate than single-precision
+accumulation, at about twice the cost of sgemm. The exception is a float32
+matrix-vector product (one row of ``a`` or one column of ``b``: every decode step):
+sgemv computes each output element in one thread, so it is deterministic as it is,
+and widening the weight matrix on every call would double the cost of a
+memory-bound product. Integer products accumulate in their own type (wrapping),
+exactly.
 """
 
 from __future__ import annotations
@@ -25,6 +30,11 @@ def wide(a: np.ndarray) -> np.ndarray:
     return a.astype(np.float64)
 
 
+def _is_gemv(a: np.ndarray, b: np.ndarray) -> bool:
+    """A matrix-vector product: ``a`` has one row, or ``b`` one column."""
+    return a.ndim == 1 or b.ndim == 1 or a.shape[-2] == 1 or b.shape[-1] == 1
+
+
 def matmul(a: np.ndarray, b: np.ndarray, out_dtype: np.dtype | None = None,
            out: np.ndarray | None = None) -> np.ndarray:
     """``a @ b`` (numpy broadcasting) accumulated wide, rounded once to ``out_dtype``.
@@ -33,6 +43,11 @@ def matmul(a: np.ndarray, b: np.ndarray, out_dtype: np.dtype | None = None,
     :param out: optional float64 buffer for the wide product (a workspace view).
     """
     dt = np.dtype(out_dtype) if out_dtype is not None else a.dtype
+    if out is None and a.dtype == b.dtype == dt == np.float32 and _is_gemv(a, b):
+        # one row (or column) per product: BLAS gives each output element to one thread
+        # (sgemv splits the outputs, never the K-sum), so float32 stays deterministic
+        # and avoids widening the whole weight matrix on every decode step
+        return np.matmul(a, b)
     if out is not None:
         y = np.matmul(wide(a), wide(b), out=out)
     else:

@@ -129,7 +129,7 @@ CASES: dict[str, Case] = {f.__name__: f for f in (
 
 #: cases whose kernels still reach a float32 sgemm (MatMul and Gemm accumulate in float64
 #: through cpu_reference/dot.py, which this BLAS computes identically at any thread count)
-BLAS_GEMM_CASES = frozenset({"conv"})
+BLAS_GEMM_CASES: frozenset[str] = frozenset()
 #: the xfail reason for those cases where this machine's BLAS itself is thread dependent
 GEMM_THREAD_REASON = (
     "this machine's BLAS ({blas}) returns different float32 GEMM bits with 1 thread than "
