@@ -25,6 +25,9 @@ NAME = "cuda"
 MODULES: tuple[str, ...] = (
     "cast",
     "elementwise",
+    "gemm",
+    "conv",
+    "pool",
 )
 
 #: the holder that host <-> device transfers of the provider are charged to

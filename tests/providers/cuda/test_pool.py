@@ -20,7 +20,8 @@ CASES = [
     ((2, 2, 8, 8), {"kernel_shape": [2, 3], "auto_pad": "SAME_UPPER", "strides": [2, 2]}),
     ((1, 2, 11, 11), {"kernel_shape": [3, 3], "dilations": [2, 2], "pads": [2, 2, 2, 2]}),
     ((2, 3, 17), {"kernel_shape": [4], "strides": [3], "pads": [1, 2], "ceil_mode": 1}),
-    ((1, 2, 5, 6, 7), {"kernel_shape": [2, 3, 2], "strides": [1, 2, 2], "pads": [1, 1, 0, 0, 1, 1]}),
+    ((1, 2, 5, 6, 7), {"kernel_shape": [2, 3, 2], "strides": [1, 2, 2],
+                       "pads": [1, 1, 0, 0, 1, 1]}),
 ]
 
 

@@ -1,0 +1,296 @@
+"""MatMul and Gemm through cuBLASLt (:mod:`onnx_ep.providers.cuda.blas`).
+
+Shapes become a :class:`~onnx_ep.providers.cuda.blas.GemmProblem` here (pure
+Python, tested on the CPU): a batched A against a 2-D (or 1-D) B folds the batch
+into M (one GEMM), equal batch dims run as a strided batch, and other batch
+broadcasts are declined. Gemm's C is written into the pre-bound output first (a
+device-to-device copy, or ``broadcast_rows`` from gemm.cu for a broadcast C) and
+the GEMM accumulates onto it with ``beta``.
+
+Numerics: float32 accumulation (CUBLAS_COMPUTE_32F) against the reference's
+float64 accumulation rounded once: :data:`~onnx_ep.providers.cuda.blas.GEMM_PARITY`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+
+from onnx_ep.core.kernel import (
+    ExecutionContext,
+    NodeMeta,
+    Support,
+    TensorSpec,
+    WorkspaceRequirement,
+    WorkspaceView,
+)
+from onnx_ep.errors import NodeError
+from onnx_ep.providers.cuda import blas
+from onnx_ep.providers.cuda.kernels.float_base import (
+    FloatKernel,
+    function,
+    launch,
+    prod,
+    static_shape,
+)
+
+
+def problem_alignment(itemsize: int, strides: Sequence[int] = ()) -> int:
+    """Pointer alignment a plan may assume: the arena's 16 bytes, less when a batch
+    stride (in elements) moves the next matrix off that boundary."""
+    align = blas.PLAN_ALIGNMENT
+    for s in strides:
+        if s:
+            align = min(align, blas.pointer_alignment(int(s) * itemsize))
+    return align
+
+
+@attrs.frozen
+class MatMulShape:
+    """How a MatMul runs: the GEMM (None when nothing to compute) and the output shape.
+
+    :ivar zero_k: K == 0, the output is zeros (a memset, no GEMM).
+    """
+
+    problem: blas.GemmProblem | None
+    out: tuple[int, ...]
+    zero_k: bool = False
+
+
+def matmul_shape(a: Sequence[int], b: Sequence[int], dtype: Any) -> MatMulShape:
+    """THE MatMul geometry (plan time and execution both call it).
+
+    :raises NodeError: invalid shapes, or a batch broadcast cuBLASLt's strided batch
+        cannot express (a batched B against an A with fewer batch matrices).
+    """
+    a, b = tuple(int(d) for d in a), tuple(int(d) for d in b)
+    name = np.dtype(dtype).name
+    isz = np.dtype(dtype).itemsize
+    if not a or not b:
+        raise NodeError(f"MatMul needs inputs of rank >= 1, got shapes {a} and {b}")
+    a2 = (1,) + a if len(a) == 1 else a
+    b2 = b + (1,) if len(b) == 1 else b
+    k = a2[-1]
+    if b2[-2] != k:
+        raise NodeError(f"inner dimensions differ: A {a} has K={k}, B {b} has K={b2[-2]}")
+    m, n = a2[-2], b2[-1]
+    batch_a, batch_b = a2[:-2], b2[:-2]
+    try:
+        batch = tuple(int(d) for d in np.broadcast_shapes(batch_a, batch_b))
+    except ValueError:
+        raise NodeError(f"batch dimensions {batch_a} and {batch_b} do not broadcast") from None
+    out = batch + ((m,) if len(a) > 1 else ()) + ((n,) if len(b) > 1 else ())
+    if prod(batch_b) == 1:
+        # B is one matrix: fold A's batch into M, one plain GEMM
+        if prod(batch_a) != prod(batch):
+            raise NodeError(f"A {a} would broadcast against B {b}")
+        problem = blas.GemmProblem(name, prod(batch) * m, n, k,
+                                   alignment=problem_alignment(isz))
+    elif len(batch_a) == len(batch_b) and batch_a == batch_b:
+        nb = prod(batch)
+        sa, sb, sd = m * k, k * n, m * n
+        problem = blas.GemmProblem(name, m, n, k, batch=nb, stride_a=sa, stride_b=sb,
+                                   stride_d=sd,
+                                   alignment=problem_alignment(isz, (sa, sb, sd)))
+        if nb == 1:
+            problem = attrs.evolve(problem, batch=1, stride_a=0, stride_b=0, stride_d=0)
+    else:
+        raise NodeError(f"batch dimensions {batch_a} and {batch_b} broadcast; the cuda MatMul "
+                        f"runs equal batches or a single B matrix only")
+    if prod(out) == 0:
+        return MatMulShape(None, out)
+    if k == 0:
+        return MatMulShape(None, out, zero_k=True)
+    return MatMulShape(problem, out)
+
+
+def gemm_shape(a: Sequence[int], b: Sequence[int], trans_a: bool, trans_b: bool,
+               dtype: Any) -> blas.GemmProblem:
+    """THE Gemm problem: ``(M, N) = op(A) @ op(B)``.
+
+    :raises NodeError: A or B not 2-D, or inner dimensions that differ.
+    """
+    a, b = tuple(int(d) for d in a), tuple(int(d) for d in b)
+    if len(a) != 2 or len(b) != 2:
+        raise NodeError(f"A and B must be 2-D, got shapes {a} and {b}")
+    m, k = (a[1], a[0]) if trans_a else a
+    k2, n = (b[1], b[0]) if trans_b else b
+    if k != k2:
+        raise NodeError(f"inner dimensions differ: op(A) is {(m, k)}, op(B) is {(k2, n)}")
+    return blas.GemmProblem(np.dtype(dtype).name, m, n, k, trans_a=bool(trans_a),
+                            trans_b=bool(trans_b),
+                            alignment=problem_alignment(np.dtype(dtype).itemsize))
+
+
+def c_broadcast(c: Sequence[int], m: int, n: int) -> tuple[int, int] | None:
+    """Element strides ``(row, col)`` that read Gemm's C broadcast to ``(m, n)``, or
+    ``None`` when C does not broadcast (numpy rules, unidirectional)."""
+    c = tuple(int(d) for d in c)
+    if len(c) > 2:
+        return None
+    rows, cols = ((1, 1) + c)[-2:]
+    if rows not in (1, m) or cols not in (1, n):
+        return None
+    return (cols if rows == m and m != 1 else 0, 1 if cols == n and n != 1 else 0)
+
+
+def _workspace_ptr(workspace: WorkspaceView | None) -> tuple[int, int]:
+    if workspace is None or workspace.nbytes == 0:
+        return 0, 0
+    return int(workspace.buffer.ptr), int(workspace.nbytes)
+
+
+class MatMul(FloatKernel):
+    """numpy matmul semantics; batches fold into M or run as a strided batch."""
+
+    def __init__(self) -> None:
+        super().__init__("MatMul", since=1, parities=blas.GEMM_PARITY)
+
+    def check(self, meta: NodeMeta) -> Support:
+        if len(meta.inputs) < 2 or meta.inputs[1] is None:
+            return Support.no("MatMul needs two inputs")
+        a, b = meta.inputs[0].shape, meta.inputs[1].shape
+        if len(a) == 0 or len(b) == 0:
+            return Support.no("MatMul needs inputs of rank >= 1")
+        sa, sb = static_shape(meta.inputs[0]), static_shape(meta.inputs[1])
+        if sa is not None and sb is not None:
+            try:
+                matmul_shape(sa, sb, meta.inputs[0].dtype)
+            except NodeError as e:
+                return Support.no(e.detail)
+        elif len(b) > 2 and len(a) != len(b):
+            return Support.no(f"ranks {len(a)} and {len(b)} with a batched B broadcast; "
+                              f"the cuda MatMul runs equal batches or a single B matrix only")
+        return Support.YES
+
+    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
+        sa, sb = static_shape(meta.inputs[0]), static_shape(meta.inputs[1])
+        if sa is None or sb is None:
+            return [None]
+        return [TensorSpec(meta.inputs[0].dtype, matmul_shape(sa, sb, meta.inputs[0].dtype).out)]
+
+    def workspace_requirement(self, meta: NodeMeta) -> WorkspaceRequirement:
+        def size() -> WorkspaceRequirement:
+            try:
+                shape = matmul_shape(meta.inputs[0].shape, meta.inputs[1].shape,
+                                     meta.inputs[0].dtype)
+            except NodeError:
+                return WorkspaceRequirement.NONE   # execution raises it with the run's shapes
+            if shape.problem is None:
+                return WorkspaceRequirement.NONE
+            return WorkspaceRequirement(blas.workspace_bytes(shape.problem))
+        return self.plan_time(meta, size)
+
+    def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
+                               outputs: list[Any], workspace: WorkspaceView | None) -> None:
+        from onnx_ep.providers.cuda import runtime
+
+        a, b = inputs[0], inputs[1]
+        y = outputs[0]
+        try:
+            shape = matmul_shape(a.shape, b.shape, a.dtype)
+        except NodeError as e:
+            raise self.fail(ctx.node, e.detail) from None
+        if shape.zero_k:
+            runtime.memset_d8(y.ptr, 0, y.nbytes, ctx.stream)
+        if shape.problem is None:
+            return
+        ws_ptr, ws_n = _workspace_ptr(workspace)
+        blas.run(shape.problem, a.ptr, b.ptr, y.ptr, ctx.stream, ws_ptr, ws_n,
+                 ordinal=a.device)
+
+
+class Gemm(FloatKernel):
+    """Y = alpha * op(A) @ op(B) + beta * C: C goes into Y first, the GEMM adds onto it."""
+
+    def __init__(self) -> None:
+        super().__init__("Gemm", since=1, parities=blas.GEMM_PARITY)
+
+    def check(self, meta: NodeMeta) -> Support:
+        if len(meta.inputs) < 2 or meta.inputs[1] is None:
+            return Support.no("Gemm needs A and B")
+        if len(meta.inputs[0].shape) != 2 or len(meta.inputs[1].shape) != 2:
+            return Support.no("Gemm needs 2-D A and B")
+        c = meta.inputs[2] if len(meta.inputs) > 2 else None
+        if c is not None and len(c.shape) > 2:
+            return Support.no(f"C of rank {len(c.shape)} does not broadcast to (M, N)")
+        sa, sb = static_shape(meta.inputs[0]), static_shape(meta.inputs[1])
+        if sa is not None and sb is not None:
+            try:
+                p = self._problem(meta, sa, sb)
+            except NodeError as e:
+                return Support.no(e.detail)
+            if p.k == 0 and c is not None:
+                return Support.no("K == 0 with C: nothing for cuBLASLt to multiply")
+            sc = static_shape(c)
+            if sc is not None and c_broadcast(sc, p.m, p.n) is None:
+                return Support.no(f"C of shape {sc} does not broadcast to ({p.m}, {p.n})")
+        return Support.YES
+
+    @staticmethod
+    def _problem(meta: NodeMeta, a: Sequence[int], b: Sequence[int]) -> blas.GemmProblem:
+        return gemm_shape(a, b, bool(meta.attr("transA", 0)), bool(meta.attr("transB", 0)),
+                          meta.inputs[0].dtype)
+
+    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
+        sa, sb = static_shape(meta.inputs[0]), static_shape(meta.inputs[1])
+        if sa is None or sb is None:
+            return [None]
+        p = self._problem(meta, sa, sb)
+        return [TensorSpec(meta.inputs[0].dtype, (p.m, p.n))]
+
+    def workspace_requirement(self, meta: NodeMeta) -> WorkspaceRequirement:
+        def size() -> WorkspaceRequirement:
+            try:
+                p = self._problem(meta, meta.inputs[0].shape, meta.inputs[1].shape)
+            except NodeError:
+                return WorkspaceRequirement.NONE
+            if p.m * p.n * p.k == 0:
+                return WorkspaceRequirement.NONE
+            return WorkspaceRequirement(blas.workspace_bytes(p))
+        return self.plan_time(meta, size)
+
+    def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
+                               outputs: list[Any], workspace: WorkspaceView | None) -> None:
+        from onnx_ep.providers.cuda import runtime
+
+        meta = ctx.node
+        a, b = inputs[0], inputs[1]
+        c = inputs[2] if len(inputs) > 2 else None
+        y = outputs[0]
+        try:
+            p = self._problem(meta, a.shape, b.shape)
+        except NodeError as e:
+            raise self.fail(meta, e.detail) from None
+        if p.m * p.n == 0:
+            return
+        alpha = float(meta.attr("alpha", 1.0))
+        beta = float(meta.attr("beta", 1.0)) if c is not None else 0.0
+        if c is not None:
+            strides = c_broadcast(c.shape, p.m, p.n)
+            if strides is None:
+                raise self.fail(meta, f"C of shape {c.shape} does not broadcast to "
+                                      f"({p.m}, {p.n})")
+            if tuple(c.shape) == (p.m, p.n):
+                runtime.copy_dtod(y.ptr, c.ptr, y.nbytes, ctx.stream)
+            else:
+                fn = function("gemm", "broadcast_rows", y.dtype, y.device)
+                n = p.m * p.n
+                launch(fn, n, [(y.ptr, runtime.PTR), (c.ptr, runtime.PTR), (n, runtime.I64),
+                               (p.m, runtime.I64), (p.n, runtime.I64),
+                               (strides[0], runtime.I64), (strides[1], runtime.I64)],
+                       ctx.stream)
+        if p.k == 0:
+            if c is None:
+                runtime.memset_d8(y.ptr, 0, y.nbytes, ctx.stream)
+                return
+            raise self.fail(meta, "K == 0 with C is not supported on cuda")
+        ws_ptr, ws_n = _workspace_ptr(workspace)
+        blas.run(p, a.ptr, b.ptr, y.ptr, ctx.stream, ws_ptr, ws_n, alpha=alpha, beta=beta,
+                 ordinal=a.device)
+
+
+KERNELS: list[Any] = [MatMul(), Gemm()]
