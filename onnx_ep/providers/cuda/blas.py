@@ -25,6 +25,7 @@ nvmath is imported on first use: ``import onnx_ep`` works without it.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import threading
 from types import ModuleType
@@ -33,7 +34,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from onnx_ep.core.kernel import Parity
+from onnx_ep.core.kernel import Parity, Support
 from onnx_ep.errors import CudaError, WorkspaceTooSmall
 
 #: cudaDataType_t of the operand dtypes cuBLASLt runs for us (numpy dtype name -> value)
@@ -64,13 +65,22 @@ def lt() -> ModuleType:
     return importlib.import_module("nvmath.bindings.cublasLt")
 
 
+@functools.cache
 def is_available() -> bool:
-    """Whether nvmath-python's cuBLASLt bindings import here."""
+    """Whether nvmath-python's cuBLASLt bindings import here (cached)."""
     try:
         lt()
     except ImportError:
         return False
     return True
+
+
+def support() -> Support:
+    """:data:`Support.YES` when cuBLASLt's bindings import, else why not (kernels decline)."""
+    if is_available():
+        return Support.YES
+    return Support.no("nvmath-python is not installed (cuBLASLt bindings); "
+                      "pip install nvmath-python to run GEMM-based ops on cuda")
 
 
 def dtype_name(dtype: Any) -> str:

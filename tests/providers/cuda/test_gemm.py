@@ -238,3 +238,15 @@ def test_matmul_workspace_requirement_is_what_cublaslt_receives(cuda_device, str
     assert calls == [((ws_view.buffer.ptr, need) if need else (0, 0))]
     ref = (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float16)
     assert_parity(got, ref, blas.GEMM_PARITY["float16"], "direct MatMul")
+
+
+def test_gemm_ops_decline_without_nvmath(monkeypatch):
+    from onnx_ep.providers.cuda.kernels import conv
+
+    monkeypatch.setattr(blas, "is_available", lambda: False)
+    f32 = np.float32
+    for kernel, m in [(gemm.MatMul(), meta("MatMul", [(f32, (3, 4)), (f32, (4, 5))])),
+                      (gemm.Gemm(), meta("Gemm", [(f32, (3, 4)), (f32, (4, 5))])),
+                      (conv.Conv(), meta("Conv", [(f32, (1, 3, 8, 8)), (f32, (4, 3, 3, 3))]))]:
+        s = kernel.supports(m)
+        assert not s and "nvmath-python" in s.reason

@@ -159,6 +159,8 @@ class Conv(FloatKernel):
         super().__init__("Conv", since=1, parities=blas.GEMM_PARITY)
 
     def check(self, meta: NodeMeta) -> Support:
+        if not blas.support():
+            return blas.support()
         if len(meta.inputs) < 2 or meta.inputs[1] is None:
             return Support.no("Conv needs X and W")
         rank = len(meta.inputs[0].shape)

@@ -150,6 +150,8 @@ class MatMul(FloatKernel):
         super().__init__("MatMul", since=1, parities=blas.GEMM_PARITY)
 
     def check(self, meta: NodeMeta) -> Support:
+        if not blas.support():
+            return blas.support()
         if len(meta.inputs) < 2 or meta.inputs[1] is None:
             return Support.no("MatMul needs two inputs")
         a, b = meta.inputs[0].shape, meta.inputs[1].shape
@@ -210,6 +212,8 @@ class Gemm(FloatKernel):
         super().__init__("Gemm", since=1, parities=blas.GEMM_PARITY)
 
     def check(self, meta: NodeMeta) -> Support:
+        if not blas.support():
+            return blas.support()
         if len(meta.inputs) < 2 or meta.inputs[1] is None:
             return Support.no("Gemm needs A and B")
         if len(meta.inputs[0].shape) != 2 or len(meta.inputs[1].shape) != 2:
