@@ -25,6 +25,9 @@ NAME = "cuda"
 MODULES: tuple[str, ...] = (
     "cast",
     "elementwise",
+    "movement",
+    "reduce",
+    "softmax",
     "gemm",
     "conv",
     "pool",

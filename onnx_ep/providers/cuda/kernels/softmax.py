@@ -1,0 +1,205 @@
+"""Softmax, LogSoftmax, LayerNormalization and RMSNormalization on CUDA (``softmax.cu``).
+
+Softmax and LogSoftmax compute in float64 and round once, like the reference
+(docs/PARITY.md): they keep the reference's bound ``rtol=1e-6, atol=1e-7`` for every
+float type (the float64 values differ only by the order of one float64 sum, far below
+any output rounding step, so float16/bfloat16 results round the same way in practice;
+the declared bound still adds one output ulp for them, as a sum order can in principle
+decide a tie). Before opset 13 the input is flattened to 2-D at ``axis``; from 13 on
+the op normalizes along ``axis`` alone.
+
+LayerNormalization (opset 17) and RMSNormalization (opset 23) replay the reference's
+operations in its stash type (float32; float64 for float64 inputs) with the two
+statistics accumulated in double: ``rtol=1e-4, atol=1e-5`` (+ one output ulp for
+float16/bfloat16). ``stash_type`` other than 1 (float) is declined; Scale and B must
+hold exactly one value per normalized element.
+
+One block per row (a power of two <= 256 threads); 16-byte vector loads when the row
+length and pointers allow.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from onnx_ep.core.kernel import NodeMeta, Parity, Support, TensorSpec
+from onnx_ep.providers.cuda.kernels.device_kernel import (
+    F64,
+    FLOATS,
+    I32,
+    I64,
+    PTR,
+    CudaKernel,
+    dtype_support,
+    launch,
+    normalize_axis,
+    prod,
+    suffix,
+)
+
+SOFTMAX_PARITY = Parity.tolerance(rtol=1e-6, atol=1e-7)
+NORM_PARITY = Parity.tolerance(rtol=1e-4, atol=1e-5)
+
+MAX_BLOCK = 256
+MAX_GRID = 1 << 20
+#: bytes of the dynamic shared-memory exp cache (48 KiB default limit minus the 2 KiB
+#: reduction scratch and headroom)
+CACHE_BYTES = 44 * 1024
+VECTOR_BYTES = 16
+
+
+def block_for(n: int) -> int:
+    """Threads per row: a power of two in [32, 256] covering ``n`` vectors if it can."""
+    b = 32
+    while b < n and b < MAX_BLOCK:
+        b *= 2
+    return b
+
+
+def vector_width(itemsize: int, cols: int, ptrs: tuple[int, ...]) -> int:
+    """Elements per load: 16 bytes' worth when rows and pointers stay 16-byte aligned."""
+    v = VECTOR_BYTES // itemsize
+    if v > 1 and cols % v == 0 and all(p % VECTOR_BYTES == 0 for p in ptrs):
+        return v
+    return 1
+
+
+def softmax_geometry(shape: tuple[int, ...], axis: int, opset: int) -> tuple[int, int, int]:
+    """``(outer, axis_dim, inner)``: rows of ``axis_dim`` elements ``inner`` apart.
+
+    Opset < 13 flattens at ``axis`` (inner is 1: one row per leading index).
+    """
+    if opset < 13:
+        return prod(shape[:axis]), prod(shape[axis:]), 1
+    return prod(shape[:axis]), shape[axis], prod(shape[axis + 1:])
+
+
+def _softmax_axis(meta: Any, rank: int) -> int | None:
+    if meta.opset < 13:
+        return normalize_axis(int(meta.attr("axis", 1)), max(rank, 1))
+    return normalize_axis(int(meta.attr("axis", -1)), rank)
+
+
+class Softmax(CudaKernel):
+    """Softmax (``log=False``) and LogSoftmax (``log=True``)."""
+
+    source = "softmax"
+
+    def __init__(self, op_type: str, *, log: bool) -> None:
+        super().__init__(op_type, since=1, parity=SOFTMAX_PARITY)
+        self.log = log
+        self.name = "log_softmax" if log else "softmax"
+
+    def supports(self, meta: NodeMeta) -> Support:
+        x = meta.inputs[0]
+        s = dtype_support(x.dtype, FLOATS)
+        if not s:
+            return s
+        if _softmax_axis(meta, len(x.shape)) is None:
+            return Support.no(f"axis {meta.attr('axis')} is out of range for rank "
+                              f"{len(x.shape)}")
+        return Support.YES
+
+    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
+        x = meta.inputs[0]
+        return [TensorSpec(x.dtype, x.shape)]
+
+    def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
+        x, y = inputs[0], outputs[0]
+        if y.size == 0:
+            return
+        axis = _softmax_axis(ctx.node, x.ndim)
+        if axis is None:
+            raise self.fail(ctx, f"axis {ctx.node.attr('axis')} is out of range")
+        outer, dim, inner = softmax_geometry(x.shape, axis, ctx.node.opset)
+        sfx = suffix(x.dtype)
+        if inner > 1:
+            n = outer * inner
+            launch(self.function(f"{self.name}_cols_{sfx}", x),
+                   (max(1, min(-(-n // 256), MAX_GRID)), 1, 1), (256, 1, 1),
+                   [(x.ptr, PTR), (y.ptr, PTR), (outer, I64), (dim, I64), (inner, I64)],
+                   ctx.stream)
+            return
+        v = vector_width(x.dtype.itemsize, dim, (x.ptr, y.ptr))
+        cache_n = 0 if self.log else min(dim, CACHE_BYTES // 8)
+        launch(self.function(f"{self.name}_rows_v{v}_{sfx}", x), (min(outer, MAX_GRID), 1, 1),
+               (block_for(dim // v), 1, 1),
+               [(x.ptr, PTR), (y.ptr, PTR), (outer, I64), (dim, I64), (cache_n, I32)],
+               ctx.stream, shared_bytes=cache_n * 8)
+
+
+class Normalization(CudaKernel):
+    """LayerNormalization (``rms=False``: outputs Y, Mean, InvStdDev) and
+    RMSNormalization (``rms=True``: output Y) over axes ``[axis, rank)``."""
+
+    source = "softmax"
+
+    def __init__(self, op_type: str, since: int, *, rms: bool) -> None:
+        super().__init__(op_type, since=since, parity=NORM_PARITY)
+        self.rms = rms
+        self.name = "rms_norm" if rms else "layer_norm"
+
+    def supports(self, meta: NodeMeta) -> Support:
+        x = meta.inputs[0]
+        s = dtype_support(x.dtype, FLOATS)
+        if not s:
+            return s
+        if int(meta.attr("stash_type", 1)) != 1:
+            return Support.no(f"stash_type={meta.attr('stash_type')} (only 1, float, is "
+                              f"implemented on cuda)")
+        if normalize_axis(int(meta.attr("axis", -1)), len(x.shape)) is None:
+            return Support.no(f"axis {meta.attr('axis')} is out of range")
+        for i in range(1, len(meta.inputs)):
+            spec = meta.inputs[i]
+            if spec is not None and spec.dtype != x.dtype:
+                return Support.no(f"input {i} has dtype {spec.dtype}, X has {x.dtype}")
+        return Support.YES
+
+    @staticmethod
+    def stash_dtype(dtype: Any) -> np.dtype:
+        return np.dtype(np.float64) if np.dtype(dtype) == np.float64 else np.dtype(np.float32)
+
+    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
+        x = meta.inputs[0]
+        outs: list[TensorSpec | None] = [TensorSpec(x.dtype, x.shape)]
+        if not self.rms:
+            a = normalize_axis(int(meta.attr("axis", -1)), len(x.shape))
+            stat = tuple(x.shape[:a]) + (1,) * (len(x.shape) - a)
+            outs += [TensorSpec(self.stash_dtype(x.dtype), stat)] * 2
+        return outs[:max(len(meta.output_names), 1)]
+
+    def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
+        x, scale = inputs[0], inputs[1]
+        bias = inputs[2] if len(inputs) > 2 and not self.rms else None
+        y = outputs[0]
+        mean = outputs[1] if len(outputs) > 1 else None
+        inv = outputs[2] if len(outputs) > 2 else None
+        a = normalize_axis(int(ctx.node.attr("axis", -1)), x.ndim)
+        rows, cols = prod(x.shape[:a]), prod(x.shape[a:])
+        if rows == 0 or cols == 0:
+            return
+        for name, t in (("Scale", scale), ("B", bias)):
+            if t is not None and t.size != cols:
+                raise self.fail(ctx, f"{name} has {t.size} elements, expected one per "
+                                     f"normalized element ({cols}); broadcasting is not "
+                                     f"implemented on cuda")
+        eps = float(ctx.node.attr("epsilon", 1e-5))
+        ptrs = tuple(t.ptr for t in (x, y, scale, bias) if t is not None)
+        v = vector_width(x.dtype.itemsize, cols, ptrs)
+        sfx = suffix(x.dtype)
+        launch(self.function(f"{self.name}_v{v}_{sfx}", x), (min(rows, MAX_GRID), 1, 1),
+               (block_for(cols // v), 1, 1),
+               [(x.ptr, PTR), (scale.ptr, PTR), (bias.ptr if bias is not None else 0, PTR),
+                (y.ptr, PTR), (mean.ptr if mean is not None else 0, PTR),
+                (inv.ptr if inv is not None else 0, PTR), (rows, I64), (cols, I64),
+                (eps, F64)], ctx.stream)
+
+
+KERNELS: list[CudaKernel] = [
+    Softmax("Softmax", log=False),
+    Softmax("LogSoftmax", log=True),
+    Normalization("LayerNormalization", 17, rms=False),
+    Normalization("RMSNormalization", 23, rms=True),
+]
