@@ -34,6 +34,7 @@ class DeviceBinding:
         self.holder = holder
         self._held: list[Reservation] = []
         self._allocations: list[Any] = []
+        self._uploaded: dict[str, Any] = {}
         self.weight_bytes = 0
 
     def _allocate(self, nbytes: int, role: Role) -> Any:
@@ -48,14 +49,20 @@ class DeviceBinding:
         return alloc
 
     def upload_constants(self, uploads: list[CopyStep], graph: Graph) -> dict[str, Any]:
-        """Upload every initializer read on the device once; reserved as WEIGHTS."""
+        """Upload every initializer read on the device once; reserved as WEIGHTS.
+
+        Idempotent per value: a re-placed program reuses what an earlier one uploaded.
+        """
         out: dict[str, Any] = {}
         for c in uploads:
+            if c.dst in self._uploaded:
+                out[c.dst] = self._uploaded[c.dst]
+                continue
             arr = graph.initializers[c.src]
             spec = TensorSpec(arr.dtype, arr.shape)
             alloc = self._allocate(max(spec.nbytes, 1), Role.WEIGHTS)
-            out[c.dst] = self.runtime.upload(arr, self.runtime.tensor(alloc, 0, spec),
-                                             self.stream)
+            out[c.dst] = self._uploaded[c.dst] = self.runtime.upload(
+                arr, self.runtime.tensor(alloc, 0, spec), self.stream)
             self.weight_bytes += spec.nbytes
         self.runtime.synchronize(self.stream)
         return out
@@ -132,3 +139,4 @@ class DeviceBinding:
         held, self._held = self._held, []
         for r in held:
             r.release()
+        self._uploaded.clear()

@@ -33,6 +33,8 @@ class PlacedNode:
     device: str
     kernel: Any
     inputs: tuple[str, ...]
+    #: host values for ``node.implicit_inputs`` (subgraphs run on the host)
+    implicit: tuple[str, ...] = ()
 
 
 @attrs.define(eq=False)
@@ -100,11 +102,15 @@ def node_meta(node: Node, graph: Graph,
         input_names=node.inputs, output_names=node.outputs)
 
 
-def place(graph: Graph, registry: KernelRegistry, providers: Sequence[str]) -> Placement:
+def place(graph: Graph, registry: KernelRegistry, providers: Sequence[str],
+          host_only: frozenset[str] = frozenset()) -> Placement:
     """Choose a provider and kernel for every node of ``graph``.
 
+    :param host_only: names of nodes that must run on a host provider (the planner
+        sends back nodes a device cannot size at some shape signature).
     :raises NoKernelError: for a node no listed provider can run.
     """
+    host_providers = [p for p in providers if registry.providers[p].device == HOST]
     device_of: dict[str, str] = {}
     for name in (*[v.name for v in graph.inputs], *graph.initializers, *graph.outer_names):
         device_of[name] = HOST
@@ -128,7 +134,7 @@ def place(graph: Graph, registry: KernelRegistry, providers: Sequence[str]) -> P
 
     for node in graph.nodes:
         meta = node_meta(node, graph)
-        sel = registry.select(meta, providers)
+        sel = registry.select(meta, host_providers if node.name in host_only else providers)
         prov = registry.providers[sel.provider]
         if prov.device != HOST:
             inputs = tuple(on(n, prov.device, prov) if n else n for n in node.inputs)
@@ -136,7 +142,10 @@ def place(graph: Graph, registry: KernelRegistry, providers: Sequence[str]) -> P
             inputs = tuple(on(n, HOST, registry.providers[_provider_on(
                 registry, device_of.get(n, HOST))]) if n else n for n in node.inputs)
         kernel = bind_kernel(sel.kernel, meta)
-        steps.append(PlacedNode(node, meta, sel.provider, prov.device, kernel, inputs))
+        implicit = tuple(on(n, HOST, registry.providers[_provider_on(
+            registry, device_of.get(n, HOST))]) for n in node.implicit_inputs)
+        steps.append(PlacedNode(node, meta, sel.provider, prov.device, kernel, inputs,
+                                implicit))
         for o in node.outputs:
             if o:
                 device_of[o] = prov.device

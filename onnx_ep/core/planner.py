@@ -109,7 +109,7 @@ def build_program(graph: Graph, placement: Placement, *,
             raw_steps.append((s, (slot(s.src),), (slot(s.dst),)))
         else:
             ins = tuple(slot(n) for n in s.inputs)
-            implicit = tuple(slot(n) for n in s.node.implicit_inputs)
+            implicit = tuple(slot(n) for n in (s.implicit or s.node.implicit_inputs))
             outs = tuple(slot(n) for n in s.node.outputs)
             raw_steps.append((s, ins + implicit, outs))
     output_slots = [slot(placement.outputs.get(v.name, v.name)) for v in graph.outputs]
@@ -147,7 +147,9 @@ def build_program(graph: Graph, placement: Placement, *,
             continue
         n_explicit = len(s.inputs)
         ctx = ExecutionContext(s.meta, provider=s.provider, stream=streams.get(s.device))
-        scope = tuple((n, slot_of[n]) for n in s.node.implicit_inputs)
+        # the subgraph reads each outer value by its own name; the slot may hold its host copy
+        scope = tuple((n, slot_of[h]) for n, h in zip(
+            s.node.implicit_inputs, s.implicit or s.node.implicit_inputs))
         steps.append(Step(KERNEL, s.node.name, s.kernel.execute_with_workspace, ctx,
                           ins[:n_explicit], outs, tuple(frees_at[i]), placed=s,
                           scope_slots=scope, const_reads=const_reads,
@@ -353,6 +355,27 @@ def step_device(step: Step) -> str:
     if step.copy is not None:
         return step.copy.dst_device
     return step.placed.device if step.placed is not None else "cpu"
+
+
+def unsized_device_steps(plan: ExecutionPlan, device: str) -> list[str]:
+    """Names of nodes on ``device`` that read or write a value of unknown size here.
+
+    A device needs every buffer's bytes before the run (outputs are pre-bound, inputs
+    arrive through pre-bound copies); the session re-places these nodes on a host
+    provider for this signature.
+    """
+    name_of = {s: n for n, s in plan.program.slot_of.items()}
+    constants = {c for c, _ in plan.program.constants}   # uploaded: sized by construction
+
+    def unsized(s: int) -> bool:
+        if s < 0 or s in constants:
+            return False
+        spec = plan.specs.get(name_of[s])
+        return spec is None or not spec.is_static
+
+    return [st.placed.node.name for st in plan.program.steps
+            if st.placed is not None and st.placed.device == device
+            and any(unsized(s) for s in (*st.in_slots, *st.out_slots))]
 
 
 def step_aliases(step: Step) -> dict[int, int]:

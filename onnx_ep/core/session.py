@@ -36,6 +36,7 @@ from onnx_ep.core.planner import (
     infer_specs,
     light_model_for_inference,
     plan_signature,
+    unsized_device_steps,
 )
 from onnx_ep.errors import FeedError, OnnxEpWarning, PlanError, ProviderUnavailable
 from onnx_ep.plugins.admission import forced_admission
@@ -116,6 +117,8 @@ class Session:
         self._light = light_model_for_inference(proto)
         self._executor = Executor(self._runtime.registry, self._providers)
         self.holder = f"session-{next(_session_ids)}"
+        self._device: DeviceBinding | None = None
+        self._programs: dict[frozenset[str], Program] = {}
         self._program: Program = self._build_program()
         self._plans: dict[tuple[Any, ...], ExecutionPlan] = {}
         self._lock = threading.Lock()
@@ -133,28 +136,41 @@ class Session:
                  "on" if self.memory_policy.streams else "off", describe(self._admission))
         self._notify("onnx_ep_session_created", session=self)
 
-    def _build_program(self) -> Program:
-        """Place the graph; bind a device (stream, uploaded weights) when a step runs on one."""
+    def _build_program(self, host_only: frozenset[str] = frozenset()) -> Program:
+        """Place the graph; bind a device (stream, uploaded weights) when a step runs on one.
+
+        :param host_only: nodes to keep on host providers (see :meth:`_plan`); programs
+            are cached per such set, and the device binding is shared by all of them.
+        """
+        prog = self._programs.get(host_only)
+        if prog is not None:
+            return prog
         reg = self._runtime.registry
-        placement = place(self._graph, reg, self._providers)
-        self._device: DeviceBinding | None = None
+        placement = place(self._graph, reg, self._providers, host_only)
         devices = placement.devices
         if not devices:
-            return build_program(self._graph, placement)
-        if len(devices) > 1:
-            raise PlanError(f"nodes were placed on several devices {sorted(devices)}; a session "
-                            f"runs on one device (list one device provider in providers=)")
-        (dev,) = devices
-        prov = next(reg.providers[p] for p in self._providers if reg.providers[p].device == dev)
-        binding = DeviceBinding(dev, prov, self.options.memory_limit, self.holder)
-        try:
-            consts = binding.upload_constants(placement.uploads, self._graph)
-        except BaseException:
-            binding.close()
-            raise
-        self._device = binding
-        return build_program(self._graph, placement, streams={dev: binding.stream},
-                             runtimes={dev: binding.runtime}, device_constants=consts)
+            prog = build_program(self._graph, placement)
+        else:
+            if len(devices) > 1:
+                raise PlanError(f"nodes were placed on several devices {sorted(devices)}; a "
+                                f"session runs on one device (list one device provider in "
+                                f"providers=)")
+            (dev,) = devices
+            if self._device is None:
+                prov = next(reg.providers[p] for p in self._providers
+                            if reg.providers[p].device == dev)
+                binding = DeviceBinding(dev, prov, self.options.memory_limit, self.holder)
+                try:
+                    binding.upload_constants(placement.uploads, self._graph)
+                except BaseException:
+                    binding.close()
+                    raise
+                self._device = binding
+            consts = self._device.upload_constants(placement.uploads, self._graph)
+            prog = build_program(self._graph, placement, streams={dev: self._device.stream},
+                                 runtimes={dev: self._device.runtime}, device_constants=consts)
+        self._programs[host_only] = prog
+        return prog
 
     # ---------------------------------------------------------------- memory
     def _setup_memory(self) -> None:
@@ -374,9 +390,18 @@ class Session:
             else:
                 specs = infer_specs(None, self._graph, [])
             device = self._device
-            plan = plan_signature(self._program, signature, specs,
-                                  device.device if device is not None else None)
+            dev = device.device if device is not None else None
+            plan = plan_signature(self._program, signature, dict(specs), dev)
             if device is not None:
+                # nodes the device cannot size at this signature run on the host instead;
+                # moving one can leave a neighbour unsized, so repeat to a fixed point
+                host_only: frozenset[str] = frozenset()
+                while unsized := unsized_device_steps(plan, device.device):
+                    host_only |= frozenset(unsized)
+                    log.info("signature %s: node(s) %s fall back to the host: sizes unknown "
+                             "at plan time", signature, unsized[:5])
+                    plan = plan_signature(self._build_program(host_only), signature,
+                                          dict(specs), dev)
                 # a device plan holds its arena and workspaces for the session's life: admit
                 # the whole of it now, before any run uses it
                 ws = plan.workspace

@@ -113,3 +113,28 @@ def test_a_view_output_keeps_its_source_buffer_alive_in_the_arena():
     (plan,) = s.resources()["plans"]
     assert plan["arena_bytes"] == 3 * 128      # a, t, y: the two views take no bytes
     assert plugin.kernels["Reshape"].calls == 2
+
+
+def test_nodes_the_device_cannot_size_fall_back_to_the_host_for_that_signature():
+    from onnx import TensorProto, helper
+
+    from tests.helpers.oracle import ORACLE_IR_VERSION
+
+    # NonZero's output size depends on the data: the Relu after it cannot be pre-sized
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"]),
+         helper.make_node("NonZero", ["r"], ["nz"]),
+         helper.make_node("Cast", ["nz"], ["f"], to=TensorProto.FLOAT),
+         helper.make_node("Relu", ["f"], ["y"], name="late_relu")], "dyn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)],
+                              ir_version=ORACLE_IR_VERSION)
+    plugin = FakeDevicePlugin(ops=("Relu",))
+    s = onnx_ep.Session(model, providers=["fake", "cpu_reference"], plugins=[plugin])
+    assert s.placement_summary() == {"fake": 2, "cpu_reference": 2}
+    (y,) = s.run(None, {"x": X})
+    expected = np.nonzero(np.maximum(X, 0))
+    np.testing.assert_array_equal(y, np.array(expected, np.float32))
+    # the first Relu still ran on the device; the unsized one ran on the host
+    assert plugin.kernels["Relu"].calls == 1
