@@ -3,40 +3,35 @@
 ``onnx_ep.Session(model, providers=["cpu_reference"]).run(None, feeds)`` has
 onnxruntime's shape. Plugin authors need ``Kernel``, ``OpKey``, ``hookimpl``
 and the value types below; see docs/PLUGINS.md and docs/KERNELS.md.
+
+Names are imported on first use (PEP 562), so ``import onnx_ep`` (and the pytest
+plugin that pytest loads in every run) costs nothing until something is used.
 """
 
-from onnx_ep import errors
-from onnx_ep.core.kernel import (
-    CaptureSupport,
-    ExecutionContext,
-    Kernel,
-    NodeMeta,
-    OpKey,
-    Parity,
-    Provider,
-    Support,
-    TensorSpec,
-    WorkspaceLifetime,
-    WorkspaceRequirement,
-    WorkspaceView,
-)
-from onnx_ep.core.options import RunOptions, SessionOptions
-from onnx_ep.core.session import NodeArg, Session
-from onnx_ep.errors import (
-    AdmissionRefused,
-    CapacityUnavailable,
-    FeedError,
-    ModelError,
-    NodeError,
-    NoKernelError,
-    OnnxEpError,
-    PluginError,
-    ProviderUnavailable,
-    TierExhausted,
-)
-from onnx_ep.plugins.hookspecs import hookimpl
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+#: public name -> module that defines it
+_EXPORTS: dict[str, str] = {
+    **{name: "onnx_ep.core.kernel" for name in (
+        "CaptureSupport", "DeviceRuntime", "ExecutionContext", "Kernel", "NodeMeta", "OpKey",
+        "Parity", "Provider", "Support", "TensorSpec", "WorkspaceLifetime",
+        "WorkspaceRequirement", "WorkspaceView")},
+    **{name: "onnx_ep.errors" for name in (
+        "AdmissionRefused", "CapacityUnavailable", "FeedError", "ModelError", "NodeError",
+        "NoKernelError", "OnnxEpError", "PluginError", "ProviderUnavailable", "TierExhausted")},
+    "RunOptions": "onnx_ep.core.options",
+    "SessionOptions": "onnx_ep.core.options",
+    "NodeArg": "onnx_ep.core.session",
+    "Session": "onnx_ep.core.session",
+    "hookimpl": "onnx_ep.plugins.hookspecs",
+}
+
+__all__ = sorted([*_EXPORTS, "available_providers", "errors", "__version__"])
 
 
 def available_providers() -> list[str]:
@@ -46,11 +41,29 @@ def available_providers() -> list[str]:
     return default_runtime().registry.available()
 
 
-__all__ = [
-    "AdmissionRefused", "CapacityUnavailable", "CaptureSupport", "ExecutionContext",
-    "FeedError", "Kernel", "ModelError", "NoKernelError", "NodeArg", "NodeError", "NodeMeta",
-    "OnnxEpError", "OpKey", "Parity", "PluginError", "Provider", "ProviderUnavailable",
-    "RunOptions", "Session", "SessionOptions", "Support", "TensorSpec", "TierExhausted",
-    "WorkspaceLifetime", "WorkspaceRequirement", "WorkspaceView", "available_providers",
-    "errors", "hookimpl", "__version__",
-]
+def __getattr__(name: str) -> Any:
+    if name == "errors":
+        return import_module("onnx_ep.errors")
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'onnx_ep' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value          # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
+
+
+if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
+    from onnx_ep import errors
+    from onnx_ep.core.kernel import (
+        CaptureSupport, DeviceRuntime, ExecutionContext, Kernel, NodeMeta, OpKey, Parity,
+        Provider, Support, TensorSpec, WorkspaceLifetime, WorkspaceRequirement, WorkspaceView)
+    from onnx_ep.core.options import RunOptions, SessionOptions
+    from onnx_ep.core.session import NodeArg, Session
+    from onnx_ep.errors import (
+        AdmissionRefused, CapacityUnavailable, FeedError, ModelError, NodeError, NoKernelError,
+        OnnxEpError, PluginError, ProviderUnavailable, TierExhausted)
+    from onnx_ep.plugins.hookspecs import hookimpl

@@ -115,10 +115,6 @@ def test_loading_the_plugin_imports_no_harness_module() -> None:
                 "onnx_ep.testing.ulp"} & loaded
 
 
-@pytest.mark.xfail(strict=True, reason="onnx_ep/__init__.py imports Session eagerly, so "
-                   "pytest's entry-point loading of onnx_ep.testing.pytest_plugin imports "
-                   "numpy and onnx (~0.3 s) in every pytest run of the environment; a lazy "
-                   "__init__ (PEP 562 __getattr__) would fix it")
 def test_loading_the_plugin_imports_neither_numpy_nor_onnx() -> None:
     loaded = _modules_after_import("onnx_ep.testing.pytest_plugin")
     assert not {"numpy", "onnx"} & loaded

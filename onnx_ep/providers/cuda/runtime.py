@@ -303,6 +303,8 @@ class Stream:
         """Destroy the stream (only streams made by :meth:`Device.new_stream`)."""
         if self._owned:
             self._owned = False
+            # forget it first: a destroyed handle passed to the driver crashes the process
+            self.device._streams.discard(self)
             check(driver().cuStreamDestroy(self.handle), "cuStreamDestroy")
 
 
