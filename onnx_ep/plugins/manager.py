@@ -174,6 +174,20 @@ def _call_registration(pm: pluggy.PluginManager, hook_name: str, registry: Kerne
                 registry.add_provider(item, plugin=plugin)
 
 
+def register_kernel_modules(register: Callable[..., None], package: str,
+                            modules: Sequence[str], provider: str) -> None:
+    """Register the ``KERNELS`` list of each ``package.<module>`` for ``provider``.
+
+    The built-in providers keep their kernels in op-family modules; a third-party
+    provider can do the same from its ``onnx_ep_register_kernels`` hook.
+    """
+    from importlib import import_module
+
+    for name in modules:
+        for kernel in import_module(f"{package}.{name}").KERNELS:
+            register(kernel, provider=provider)
+
+
 _default_lock = threading.Lock()
 _default_runtime: dict[str | None, Runtime] = {}
 

@@ -7,7 +7,6 @@ party uses. Bodies read like the ONNX spec (see docs/PARITY.md for numerics).
 
 from __future__ import annotations
 
-from importlib import import_module
 
 from onnx_ep.core.kernel import Provider
 from onnx_ep.plugins.hookspecs import RegisterKernel, RegisterProvider, hookimpl
@@ -61,7 +60,6 @@ def onnx_ep_register_providers(register: RegisterProvider) -> None:
 
 @hookimpl
 def onnx_ep_register_kernels(register: RegisterKernel) -> None:
-    for name in MODULES:
-        module = import_module(f"{__name__}.{name}")
-        for kernel in module.KERNELS:
-            register(kernel, provider=NAME)
+    from onnx_ep.plugins.manager import register_kernel_modules
+
+    register_kernel_modules(register, __name__, MODULES, NAME)

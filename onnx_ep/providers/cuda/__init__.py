@@ -11,7 +11,6 @@ defines ``KERNELS: list`` of kernel instances.
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import Any
 
 import numpy as np
@@ -93,7 +92,6 @@ def onnx_ep_register_providers(register: RegisterProvider) -> None:
 
 @hookimpl
 def onnx_ep_register_kernels(register: RegisterKernel) -> None:
-    for name in MODULES:
-        module = import_module(f"{__name__}.kernels.{name}")
-        for kernel in module.KERNELS:
-            register(kernel, provider=NAME)
+    from onnx_ep.plugins.manager import register_kernel_modules
+
+    register_kernel_modules(register, f"{__name__}.kernels", MODULES, NAME)
