@@ -92,6 +92,9 @@ def test_image_offsets_lower_the_plan_alignment():
 
 
 def test_supports_and_infer_outputs():
+    # without nvmath-python every GEMM-based kernel declines (tested below); the
+    # decisions that depend on shapes and attributes need it installed
+    pytest.importorskip("nvmath", reason="nvmath-python is not installed")
     k = conv.Conv()
     f32 = np.float32
     m2 = meta("Conv", [(f32, (1, 3, 8, 8)), (f32, (4, 3, 3, 3))], {"pads": [1, 1, 1, 1]})

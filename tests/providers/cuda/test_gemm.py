@@ -118,6 +118,9 @@ def test_gemm_shape_with_transposes():
 
 
 def test_supports_decisions():
+    # without nvmath-python every GEMM-based kernel declines (tested below); the
+    # decisions that depend on shapes and attributes need it installed
+    pytest.importorskip("nvmath", reason="nvmath-python is not installed")
     mm = gemm.MatMul()
     f32 = np.float32
     assert mm.supports(meta("MatMul", [(f32, (2, 3, 4)), (f32, (4, 5))]))
@@ -250,3 +253,12 @@ def test_gemm_ops_decline_without_nvmath(monkeypatch):
                       (conv.Conv(), meta("Conv", [(f32, (1, 3, 8, 8)), (f32, (4, 3, 3, 3))]))]:
         s = kernel.supports(m)
         assert not s and "nvmath-python" in s.reason
+
+
+
+def test_gemm_kernels_decline_with_an_install_hint_without_nvmath(monkeypatch):
+    from onnx_ep.providers.cuda import blas
+
+    monkeypatch.setattr(blas, "is_available", lambda: False)
+    verdict = blas.support()
+    assert not verdict and "pip install nvmath-python" in verdict.reason
