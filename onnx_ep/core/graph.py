@@ -197,6 +197,12 @@ def _convert_graph(gp: onnx.GraphProto, opsets: dict[str, int], outer: frozenset
     nodes: list[Node] = []
     seen_names: set[str] = set()
     for i, np_ in enumerate(gp.node):
+        folded = _constant_value(np_, opsets, scope)
+        if folded is not None:
+            # a Constant node is a weight: folded into the initializers, so it is stored
+            # (and on a device, uploaded) once instead of re-made on every run
+            initializers[np_.output[0]] = folded
+            continue
         name = np_.name or f"{np_.op_type}_{i}"
         if name in seen_names:
             name = f"{name}_{i}"
@@ -221,6 +227,30 @@ def _convert_graph(gp: onnx.GraphProto, opsets: dict[str, int], outer: frozenset
             raise ModelError(f"graph output {o.name!r} is not produced by any node or input")
     return Graph(gp.name, ordered, inputs, outputs, initializers, values, opsets,
                  tuple(produced_outer))
+
+
+_CONSTANT_FORMS = {"value_float": np.float32, "value_floats": np.float32,
+                   "value_int": np.int64, "value_ints": np.int64,
+                   "value_string": object, "value_strings": object}
+
+
+def _constant_value(node: onnx.NodeProto, opsets: dict[str, int],
+                    scope: frozenset[str]) -> np.ndarray | None:
+    """The tensor an ai.onnx ``Constant`` node produces, or None for any other node."""
+    if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or len(node.output) != 1:
+        return None
+    if len(node.attribute) != 1:
+        raise ModelError(f"Constant node {node.name or node.output[0]!r} must set exactly one "
+                         f"value attribute, got {[a.name for a in node.attribute]}")
+    attr = node.attribute[0]
+    value = _attr_value(attr, opsets, scope, node.name or node.output[0])
+    if attr.name in ("value", "sparse_value"):
+        return np.asarray(value)
+    dtype = _CONSTANT_FORMS.get(attr.name)
+    if dtype is None:
+        raise ModelError(f"Constant node {node.name or node.output[0]!r}: unknown attribute "
+                         f"{attr.name!r}")
+    return np.array(value, dtype=dtype)
 
 
 def _free_names(nodes: Iterable[Node], local: set[str]) -> list[str]:

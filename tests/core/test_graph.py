@@ -65,3 +65,23 @@ def test_output_that_nothing_produces_is_rejected():
                           [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1])])
     with pytest.raises(ModelError, match="'z' is not produced"):
         build_graph(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def test_constant_nodes_are_folded_into_initializers():
+    g = helper.make_graph(
+        [helper.make_node("Constant", [], ["c"], value_floats=[1.0, 2.0]),
+         helper.make_node("Constant", [], ["k"], value_int=3),
+         helper.make_node("Add", ["x", "c"], ["y"])], "consts",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2]),
+         helper.make_tensor_value_info("k", TensorProto.INT64, [])])
+    graph = build_graph(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    assert [n.op_type for n in graph.nodes] == ["Add"]
+    np.testing.assert_array_equal(graph.initializers["c"], np.array([1, 2], np.float32))
+    assert graph.initializers["k"].dtype == np.int64 and graph.initializers["k"].shape == ()
+
+    import onnx_ep
+    y, k = onnx_ep.Session(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])).run(
+        None, {"x": np.ones(2, np.float32)})
+    np.testing.assert_array_equal(y, [2, 3])
+    assert k == 3 and k.dtype == np.int64
