@@ -246,14 +246,22 @@ def compile_cubin(source_text: str, name: str, options: Sequence[str], arch: str
         mod.nvrtcDestroyProgram(prog)
 
 
+def cubin_path(name: str, arch: str, key: str) -> Path:
+    """Where the cubin of cache key ``key`` lives in :func:`cache_dir`."""
+    return cache_dir() / f"{Path(name).stem}-{arch}-{key[:32]}.cubin"
+
+
 def cached_cubin(source_text: str, name: str, options: Sequence[str], arch: str,
-                 driver_version: int) -> tuple[bytes, str]:
+                 driver_version: int, key: str | None = None) -> tuple[bytes, str]:
     """The cubin for these inputs from the disk cache, compiling and storing it on a miss.
 
+    :param key: the :func:`cache_key` of these inputs when the caller has it already.
     :returns: ``(cubin, cache key)``.
     """
-    key = cache_key(source_text, options, arch, driver_version, nvrtc_version(), local_headers())
-    path = cache_dir() / f"{Path(name).stem}-{arch}-{key[:32]}.cubin"
+    if key is None:
+        key = cache_key(source_text, options, arch, driver_version, nvrtc_version(),
+                        local_headers())
+    path = cubin_path(name, arch, key)
     try:
         data = path.read_bytes()
     except OSError:
@@ -304,12 +312,15 @@ def get_module(source: str, device: Any, options: Sequence[str] = ()) -> Any:
 
     text = source_path(source).read_text()
     opts = full_options(device.arch, options)
+    driver = runtime.driver_version()
+    key = cache_key(text, opts, device.arch, driver, nvrtc_version(), local_headers())
     with _lock:
-        cubin, key = cached_cubin(text, f"{source}.cu", opts, device.arch,
-                                  runtime.driver_version())
+        # a module already loaded on this device is reused without touching the disk
+        # cache: only the first symbol of a source reads (or compiles) its cubin
         mkey = (key, device.ordinal)
         module = _modules.get(mkey)
         if module is None:
+            cubin, _ = cached_cubin(text, f"{source}.cu", opts, device.arch, driver, key=key)
             device.set_current()
             module = _modules[mkey] = runtime.load_module(cubin)
             _stats["loads"] += 1

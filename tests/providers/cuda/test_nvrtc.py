@@ -82,6 +82,49 @@ def test_disk_cache_compiles_once_then_hits(monkeypatch: pytest.MonkeyPatch,
     assert len(calls) == 3
 
 
+def test_a_loaded_module_serves_every_symbol_without_reading_the_disk_cache(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The GPU cold-start test's counters, on the CPU: one compile, one load, and no disk
+    cache hit for the second symbol of an already-loaded source."""
+    from onnx_ep.providers.cuda import runtime
+
+    class FakeModule:
+        def function(self, name: str) -> tuple[str, str]:
+            return ("fn", name)
+
+    class FakeDevice:
+        arch, ordinal = "sm_90", 0
+
+        def set_current(self) -> None:
+            pass
+
+    monkeypatch.setenv(nvrtc.CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(nvrtc, "nvrtc_version", lambda: (13, 0))
+    compiled: list[str] = []
+
+    def fake_compile(text: str, name: str, options: object, arch: str) -> bytes:
+        compiled.append(name)
+        return b"\x7fELF" + text.encode()
+
+    monkeypatch.setattr(nvrtc, "compile_cubin", fake_compile)
+    monkeypatch.setattr(runtime, "driver_version", lambda: 13000)
+    monkeypatch.setattr(runtime, "load_module", lambda cubin: FakeModule())
+    nvrtc.clear_memory_cache()
+    nvrtc.reset_compile_stats()
+    try:
+        dev = FakeDevice()
+        assert nvrtc.get_function("testing", "fill_f32", dev) == ("fn", "fill_f32")
+        assert nvrtc.get_function("testing", "axpy_f32", dev) == ("fn", "axpy_f32")
+        s = nvrtc.compile_stats()
+        assert (len(compiled), s["cache_hits"], s["loads"]) == (1, 0, 1)
+        nvrtc.clear_memory_cache()                       # a new process: the disk cache hits
+        nvrtc.get_function("testing", "fill_f32", dev)
+        s = nvrtc.compile_stats()
+        assert (len(compiled), s["cache_hits"], s["loads"]) == (1, 1, 2)
+    finally:
+        nvrtc.clear_memory_cache()
+
+
 def test_program_buffers_are_private_and_at_least_two_bytes() -> None:
     seen: list[bytes] = []
 
