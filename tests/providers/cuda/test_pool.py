@@ -19,10 +19,15 @@ CASES = [
                      "pads": [0, 1, 1, 0]}),
     ((2, 2, 8, 8), {"kernel_shape": [2, 3], "auto_pad": "SAME_UPPER", "strides": [2, 2]}),
     ((1, 2, 11, 11), {"kernel_shape": [3, 3], "dilations": [2, 2], "pads": [2, 2, 2, 2]}),
-    ((2, 3, 17), {"kernel_shape": [4], "strides": [3], "pads": [1, 2], "ceil_mode": 1}),
+    ((2, 3, 17), {"kernel_shape": [4], "strides": [3], "pads": [1, 0], "ceil_mode": 1}),
     ((1, 2, 5, 6, 7), {"kernel_shape": [2, 3, 2], "strides": [1, 2, 2],
                        "pads": [1, 1, 0, 0, 1, 1]}),
 ]
+
+#: ceil_mode's last window would start in the end padding: the op drops it (output 6),
+#: onnx's shape inference does not (7); cuda declines, cpu_reference runs the node
+DROPPED_WINDOW = ((2, 3, 17), {"kernel_shape": [4], "strides": [3], "pads": [1, 2],
+                               "ceil_mode": 1})
 
 
 def simulate(x: np.ndarray, m, mode: int) -> np.ndarray:
@@ -63,13 +68,13 @@ def simulate(x: np.ndarray, m, mode: int) -> np.ndarray:
 # ---------------------------------------------------------------- CPU
 
 @pytest.mark.parametrize("dtype", list(DTYPES))
-@pytest.mark.parametrize("case", range(len(CASES)))
+@pytest.mark.parametrize("case", range(len(CASES) + 1))
 @pytest.mark.parametrize("op,mode", [("MaxPool", pool.MODE_MAX),
                                      ("AveragePool", pool.MODE_AVERAGE),
                                      ("AveragePool", pool.MODE_AVERAGE_WITH_PADS)])
 def test_kernel_arithmetic_is_bit_identical_to_the_reference(dtype, case, op, mode):
     """Why MaxPool and AveragePool promise exact: the same taps, order and float32 ops."""
-    shape, attrs = CASES[case]
+    shape, attrs = (CASES + [DROPPED_WINDOW])[case]
     attrs = dict(attrs, count_include_pad=int(mode == pool.MODE_AVERAGE_WITH_PADS))
     x = random(shape, DTYPES[dtype], 7)
     m = meta(op, [(x.dtype, x.shape)], attrs)
@@ -107,6 +112,31 @@ def test_supports_decisions():
     assert not gp.supports(meta("GlobalAveragePool", [(f32, (2, 3))]))
 
 
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+def test_declines_where_onnx_shape_inference_keeps_a_dropped_ceil_mode_window(op):
+    """The plan pre-sizes Y from onnx's inference (one window more than the op): declined."""
+    from onnx_ep.core.graph import build_graph
+    from onnx_ep.core.placement import node_meta
+
+    kernel = pool.MaxPool() if op == "MaxPool" else pool.AveragePool()
+    shape, attrs = DROPPED_WINDOW
+    feeds = {"x": random(shape, np.float32, 1)}
+    graph = build_graph(one_node_model(op, feeds, attrs))
+    m = node_meta(graph.nodes[0], graph)
+    assert m.outputs[0].shape == (2, 3, 7)                 # onnx's shape inference
+    assert pool.pool_geometry(m, shape).out_shape == (2, 3, 6)
+    verdict = kernel.supports(m)
+    assert not verdict and "ceil_mode" in verdict.reason
+    ok = dict(attrs, pads=[1, 0])                          # rounds up, drops nothing: runs
+    g = build_graph(one_node_model(op, feeds, ok))
+    assert kernel.supports(node_meta(g.nodes[0], g))
+    # dynamic spatial size: declined only where some size can drop a window (e + s > k)
+    assert not kernel.supports(meta(op, [(np.float32, (2, 3, "L"))], attrs))
+    assert kernel.supports(meta(op, [(np.float32, (2, 3, "L"))],
+                                dict(attrs, kernel_shape=[5], pads=[1, 1])))
+    assert kernel.supports(meta(op, [(np.float32, (2, 3, "L"))], dict(attrs, ceil_mode=0)))
+
+
 def test_infer_outputs_and_parities():
     ap = pool.AveragePool()
     m = meta("AveragePool", [(np.float16, (1, 2, 7, 7))], {"kernel_shape": [3, 3],
@@ -134,6 +164,22 @@ def test_window_pool_matches_reference_exactly(cuda_device, dtype, case, op, inc
     feeds = {"x": random(shape, DTYPES[dtype], 5)}
     got, ref = run_both(one_node_model(op, feeds, attrs), feeds)
     assert_parity(got, ref, Parity.EXACT, f"{op} {attrs} {dtype}")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+def test_dropped_ceil_mode_window_falls_back_to_the_reference(cuda_device, op):
+    from onnx_ep import Session
+    from onnx_ep.errors import NoKernelError
+
+    shape, attrs = DROPPED_WINDOW
+    feeds = {"x": random(shape, np.float32, 5)}
+    model = one_node_model(op, feeds, attrs)
+    with pytest.raises(NoKernelError, match="ceil_mode"):
+        Session(model, providers=["cuda"]).run(None, feeds)
+    got = np.asarray(Session(model, providers=["cuda", "cpu_reference"]).run(None, feeds)[0])
+    ref = np.asarray(Session(model, providers=["cpu_reference"]).run(None, feeds)[0])
+    assert_parity(got, ref, Parity.EXACT, f"{op} {attrs}")
 
 
 @pytest.mark.cuda

@@ -9,6 +9,11 @@ replays the reference's float32 sum in tap order and its single division, so it 
 exact too; GlobalAveragePool sums a plane in a fixed tree order in float32, against
 numpy's pairwise mean: a tolerance per dtype. MaxPool's optional Indices output is
 not implemented (declined, cpu_reference runs it).
+
+ceil_mode: a last window that would start in the end padding is dropped (cpu_reference,
+onnxruntime, PyTorch), but onnx's shape inference keeps it, and the plan pre-sizes a
+device output from onnx's shape: where the two sizes differ, the node is declined
+(cpu_reference runs it) instead of writing a wrongly shaped output.
 """
 
 from __future__ import annotations
@@ -94,6 +99,31 @@ def pool_geometry(meta: NodeMeta, x: Sequence[int]) -> PoolGeometry:
                         _lead(g.dilations, 1), x[:2] + tuple(g.out))
 
 
+def ceil_mode_may_drop_a_window(meta: NodeMeta) -> bool:
+    """Whether ``ceil_mode`` can drop a last window starting in the end padding for some
+    input size (then onnx's shape inference gives one more output than the op has).
+
+    The last window starts at ``ceil((i + b + e - k) / s) * s - b``, which is at least the
+    input size ``i`` only if ``e + s > k`` (``k`` the dilated kernel): the sizes agree on
+    every input size otherwise. ``auto_pad`` SAME_* ignores ``ceil_mode``.
+    """
+    if not meta.attr("ceil_mode", 0):
+        return False
+    auto_pad = meta.attr("auto_pad", "NOTSET") or "NOTSET"
+    if auto_pad not in ("NOTSET", "VALID"):
+        return False
+    kernel = [int(k) for k in meta.attr("kernel_shape", None) or ()]
+    n = len(kernel)
+    strides = list(meta.attr("strides", None) or [1] * n)
+    dilations = list(meta.attr("dilations", None) or [1] * n)
+    pads = list(meta.attr("pads", None) or [0] * (2 * n)) if auto_pad == "NOTSET" \
+        else [0] * (2 * n)
+    if len(strides) != n or len(dilations) != n or len(pads) != 2 * n:
+        return True          # malformed: pool_geometry reports it once the shape is known
+    return any(int(pads[n + a]) + int(strides[a]) > (kernel[a] - 1) * int(dilations[a]) + 1
+               for a in range(n))
+
+
 class _WindowPool(FloatKernel):
     mode = MODE_MAX
 
@@ -104,9 +134,23 @@ class _WindowPool(FloatKernel):
         shape = static_shape(meta.inputs[0])
         try:
             if shape is not None:
-                pool_geometry(meta, shape)
+                out = pool_geometry(meta, shape).out_shape
+                y = meta.outputs[0] if meta.outputs else None
+                planned = static_shape(y)
+                if planned is not None and planned != out:
+                    return Support.no(
+                        f"the planned output {planned} (onnx shape inference) is not the "
+                        f"{out} these windows give (ceil_mode drops a last window that "
+                        f"would start in the end padding, as cpu_reference and "
+                        f"onnxruntime do); the device output is sized from the plan")
             elif meta.attr("kernel_shape", None) is None:
                 return Support.no("attribute 'kernel_shape' is required")
+            elif ceil_mode_may_drop_a_window(meta):
+                return Support.no(
+                    "ceil_mode=1 with a dynamic spatial shape where a last window can start "
+                    "in the end padding: onnx shape inference then sizes the output one "
+                    "larger than the op's (the window is dropped), and the device output "
+                    "is sized from the plan")
         except NodeError as e:
             return Support.no(e.detail)
         return Support.YES
@@ -130,6 +174,10 @@ class _WindowPool(FloatKernel):
             g = pool_geometry(ctx.node, x.shape)
         except NodeError as e:
             raise self.fail(ctx.node, e.detail) from None
+        if tuple(y.shape) != g.out_shape:
+            # the plan sized Y (onnx shape inference); never write a differently shaped result
+            raise self.fail(ctx.node, f"output Y was planned as {tuple(y.shape)} but the "
+                                      f"windows on X {tuple(x.shape)} give {g.out_shape}")
         n = prod(g.out_shape)
         fn = function("pool", "window_pool", x.dtype, x.device)
         args = [(x.ptr, runtime.PTR), (y.ptr, runtime.PTR), (g.planes, runtime.I64)]
