@@ -112,8 +112,8 @@ def _symbols(source: str) -> set[str]:
     """Kernel names the macros of ``source`` instantiate (parsed, not compiled)."""
     text = (KERNELS_DIR / f"{source}.cu").read_text()
     names = set(re.findall(r'extern "C" __global__ void (\w+)\(', text))
-    macro_calls = re.findall(r"\b(UNARY_F4|UNARY_I3|UNARY_I|ISNAN|BIN_FLOATS|BIN_INTS|BIN_F|"
-                             r"POW_F|CMP_NUM|CMP|WHERE|CAST_FROM)\(([^()]*)\)", text)
+    macro_calls = re.findall(r"\b(UNARY_F4|UNARY_F|UNARY_I3|UNARY_I|ISNAN|BIN_FLOATS|BIN_INTS|BIN_F|"
+                             r"POW_F|CMP_NUM|CMP|WHERE|CAST_FROM|CLIP_F|CLIP_I)\(([^()]*)\)", text)
     float_sfx, int3 = ["f32", "f16", "bf16", "f64"], ["i64", "i32", "i8"]
     for macro, args in macro_calls:
         a = [s.strip() for s in args.split(",")]
@@ -125,7 +125,7 @@ def _symbols(source: str) -> set[str]:
             names |= {f"{a[0]}_{s}" for s in int3 + ["u8"]}
         elif macro == "CMP_NUM":
             names |= {f"{a[0]}_{s}" for s in float_sfx + int3 + ["u8"]}
-        elif macro in ("UNARY_I", "BIN_F", "CMP"):
+        elif macro in ("UNARY_F", "UNARY_I", "BIN_F", "CMP"):
             if a[0] not in ("NAME",):
                 names.add(f"{a[0]}_{a[3]}")
         elif macro in ("ISNAN",):
@@ -134,6 +134,9 @@ def _symbols(source: str) -> set[str]:
         elif macro == "POW_F":
             if a[0] != "T":
                 names.add(f"pow_{a[1]}")
+        elif macro in ("CLIP_F", "CLIP_I"):
+            if a[0] != "T":
+                names.add(f"clip_{a[1]}")
         elif macro == "WHERE":
             if a[0] != "SFX":
                 names.add(f"where_{a[0]}")
@@ -160,6 +163,8 @@ def test_every_supported_row_and_dtype_has_a_cuda_symbol():
                 assert k.bind(meta("Mod", *shapes, fmod=1)).symbol in have
             if k.key.op_type == "Gelu":
                 assert k.bind(meta("Gelu", *shapes, approximate="tanh")).symbol in have
+            if k.key.op_type == "Clip":
+                assert k.bind(meta("Clip", (dt, (2, 3)), (dt, ()), (dt, ()))).symbol in have
     cast_have = _symbols("cast")
     for src in elementwise.ALL:
         for dst in elementwise.ALL:
@@ -254,3 +259,40 @@ def test_bound_layout_cache_is_per_shape_tuple():
     first = b.layout((2, 3), ((2, 3), (3,)))
     assert b.layout((2, 3), ((2, 3), (3,))) is first
     assert b.layout((4, 3), ((4, 3), (3,))) is not first
+
+
+def test_clip_supports_bind_and_infer():
+    f32, f16, i8 = np.float32, np.float16, np.int8
+    clip = row("Clip")
+    assert clip.family == "clip" and clip.parity == Parity.EXACT
+    assert clip.supports(meta("Clip", (f32, (2, 3)), (f32, ()), (f32, ())))
+    assert clip.supports(meta("Clip", (i8, (4,)), (i8, (1,))))
+    m = NodeMeta(name="n", op_type="Clip", domain="", opset=13, attrs={},
+                 inputs=(TensorSpec(f16, (3,)), None, TensorSpec(f16, ())))
+    assert clip.supports(m)                                                  # min omitted
+    assert not clip.supports(meta("Clip", (f32, (3,)), (f16, ()))).ok        # bound dtype
+    assert "scalar" in clip.supports(meta("Clip", (f32, (3,)), (f32, (2,)))).reason
+    assert not clip.supports(meta("Clip", (np.bool_, (3,))))
+    assert not clip.supports(meta("Clip", (f32, ("N",))))
+    assert not clip.supports(meta("Clip", (i8, (3,)), opset=6))              # floats only
+    assert not clip.supports(meta("Clip", (f32, (3,)), (f32, ()), opset=6))  # attrs then
+    assert clip.infer_outputs(meta("Clip", (i8, (2, 5)), (i8, ()))) == [TensorSpec(i8, (2, 5))]
+    b = clip.bind(meta("Clip", (f32, (3,)), (f32, ())))
+    assert b.symbol == "clip_f32" and b.scalars == (-np.inf, np.inf)
+    # attribute bounds before opset 11 are rounded to x's dtype, as the reference does
+    b = clip.bind(meta("Clip", (f16, (3,)), opset=6, min=float(np.float32(0.1))))
+    assert b.symbol == "clip_f16"
+    assert b.scalars == (float(np.float16(np.float32(0.1))), np.inf)
+    b = clip.bind(meta("Clip", (ml_dtypes.bfloat16, (3,)), opset=6, max=-1e-3))
+    assert b.scalars[1] == float(np.asarray(-1e-3).astype(ml_dtypes.bfloat16))
+
+
+def test_gelu_tanh_declares_a_tolerance_and_the_rest_stay_exact():
+    gelu = row("Gelu")
+    for dt, rtol in ((np.float32, 2.0 ** -23), (np.float16, 2.0 ** -10),
+                     (ml_dtypes.bfloat16, 2.0 ** -7)):
+        p = gelu.bind(meta("Gelu", (dt, (3,)), approximate="tanh")).parity
+        assert p.kind.value == "tolerance" and p.rtol == rtol
+        assert p.atol >= elementwise.GELU_TANH_ATOL
+        assert gelu.bind(meta("Gelu", (dt, (3,)))).parity == Parity.EXACT
+    assert row("Relu").bind(meta("Relu", (np.float16, (3,)))).parity == Parity.EXACT

@@ -5,11 +5,14 @@
 //   unary:  (const T* x, Out* y, long long n, double p0, double p1)   p0/p1: attributes
 //   binary: (const T* a, const T* b, Out* y, long long n, Bcast bc)
 //   where:  (const bool* c, const T* x, const T* y, T* out, long long n, Bcast bc)
+//   clip:   (const T* x, const T* lo, const T* hi, T* y, long long n, double lo, double hi)
 //
 // Numerics follow cpu_reference (docs/PARITY.md): float16/bfloat16/float32 transcendental
 // functions and activations evaluate in float64 and round once; + - * / of float16 and
 // bfloat16 compute in float32 and round once (exact: float32 holds > 2p+2 bits); float64
-// in float64. NaN results reproduce x86's (see ep_float.cuh). Compile with --fmad=false.
+// in float64. NaN results follow x86/glibc (see ep_float.cuh), but a NaN's sign and
+// payload are not part of the promise: the reference's depend on the host CPU's numpy SIMD
+// paths (AVX-512 hosts give -NaN for log(-1), glibc +NaN). Compile with --fmad=false.
 #include "ep_float.cuh"
 
 #pragma nv_diag_suppress 186  // unsigned instantiations of the integer templates compare with 0
@@ -174,6 +177,9 @@ DEF_F64(FSigmoid, if (isnan(x)) return from_bits64(bits64(quiet64(x)) | 0x800000
         double e = exp(-fabs(x));
         return x >= 0.0 ? 1.0 / (1.0 + e) : e / (1.0 + e);)
 DEF_F64(FRelu, NAN_IN(x); return x > 0.0 ? x : 0.0;)
+// float16: the reference's np.maximum(x, 0) runs numpy's half loop
+// (x >= 0 || isnan(x)) ? x : 0, so Relu(-0.0) is -0.0 (float32/bfloat16/float64 give +0.0)
+DEF_F64(FReluHalf, NAN_IN(x); return x >= 0.0 ? x : 0.0;)
 DEF_F64(FLeakyRelu, NAN_IN(x); return x < 0.0 ? x * p0 : x;)
 DEF_F64(FElu, NAN_IN(x); return x < 0.0 ? p0 * expm1(x) : x;)
 DEF_F64(FSelu, NAN_IN(x); return p1 * (x <= 0.0 ? p0 * expm1(x) : x);)  // p0 alpha, p1 gamma
@@ -374,6 +380,36 @@ __device__ __forceinline__ void compare(const T* a, const T* b, bool* y, i64 n, 
     }
 }
 
+// ================================================================== Clip
+// cpu_reference: floats widened to float64, np.maximum(y, lo) then np.minimum(y, hi),
+// rounded once (exact: the result is x or a bound, both representable). np.maximum /
+// np.minimum propagate a NaN from either side (a NaN bound makes every output NaN) and give
+// the bound on ties. Bounds: device scalars of x's dtype (opset >= 11; null = no bound), or
+// lo/hi (attributes before opset 11, already rounded to x's dtype on the host; +-inf when
+// absent, which leaves every value, NaN included, unchanged).
+template <class T>
+__device__ __forceinline__ void clip_float(const T* x, const T* lo_p, const T* hi_p, T* y, i64 n,
+                                           double lo, double hi) {
+    if (lo_p) lo = to_f64(*lo_p);
+    if (hi_p) hi = to_f64(*hi_p);
+    for (i64 i = grid_start(); i < n; i += grid_step()) {
+        double v = to_f64(x[i]);
+        if (!isnan(v)) v = isnan(lo) ? lo : (v > lo ? v : lo);
+        if (!isnan(v)) v = isnan(hi) ? hi : (v < hi ? v : hi);
+        y[i] = round_from64<T>(v);
+    }
+}
+// integers: bounds are device scalars of x's dtype (Clip accepts integers from opset 12)
+template <class T>
+__device__ __forceinline__ void clip_int(const T* x, const T* lo_p, const T* hi_p, T* y, i64 n) {
+    for (i64 i = grid_start(); i < n; i += grid_step()) {
+        T v = x[i];
+        if (lo_p && v < *lo_p) v = *lo_p;
+        if (hi_p && v > *hi_p) v = *hi_p;
+        y[i] = v;
+    }
+}
+
 // ================================================================== Where (data movement)
 template <class S>
 __device__ __forceinline__ void where_kernel(const bool* c, const S* x, const S* z, S* y, i64 n,
@@ -418,7 +454,8 @@ UNARY_F4(cosh, FCosh)
 UNARY_F4(tanh, FTanh)
 UNARY_F4(erf, FErf)
 UNARY_F4(sigmoid, FSigmoid)
-UNARY_F4(relu, FRelu)
+UNARY_F(relu, FRelu, float, f32) UNARY_F(relu, FReluHalf, __half, f16)
+UNARY_F(relu, FRelu, __nv_bfloat16, bf16) UNARY_F(relu, FRelu, double, f64)
 UNARY_F4(leakyrelu, FLeakyRelu)
 UNARY_F4(elu, FElu)
 UNARY_F4(selu, FSelu)
@@ -503,6 +540,18 @@ CMP_NUM(greater_equal, CGe)
 CMP(and, LAnd, bool, b8)
 CMP(or, LOr, bool, b8)
 CMP(xor, LXor, bool, b8)
+
+// Clip: (x, lo or null, hi or null, y, n, lo attribute, hi attribute)
+#define CLIP_F(T, SFX) \
+    extern "C" __global__ void clip_##SFX(const T* x, const T* lo_p, const T* hi_p, T* y, \
+                                          long long n, double lo, double hi) { \
+        clip_float<T>(x, lo_p, hi_p, y, n, lo, hi); }
+#define CLIP_I(T, SFX) \
+    extern "C" __global__ void clip_##SFX(const T* x, const T* lo_p, const T* hi_p, T* y, \
+                                          long long n, double, double) { \
+        clip_int<T>(x, lo_p, hi_p, y, n); }
+CLIP_F(float, f32) CLIP_F(__half, f16) CLIP_F(__nv_bfloat16, bf16) CLIP_F(double, f64)
+CLIP_I(long long, i64) CLIP_I(int, i32) CLIP_I(signed char, i8) CLIP_I(unsigned char, u8)
 
 // Where moves bytes: instantiated per dtype on an unsigned type of the same width
 #define WHERE(SFX, S) \

@@ -1,16 +1,27 @@
-"""CUDA elementwise family: unary math and activations, broadcasting binary ops, Where.
+"""CUDA elementwise family: unary math and activations, broadcasting binary ops, Where, Clip.
 
 One class per family (:class:`Unary`, :class:`Binary`, :class:`Where`), one instance per
 table row; the CUDA bodies are templates in ``elementwise.cu`` named ``<op>_<suffix>``.
 :meth:`bind` parses attributes once and returns a :class:`_Bound` node object that
 caches the broadcast layout per shape tuple on the host; execution only launches.
 
-Parity (docs/PARITY.md): every row promises ``exact``. Integer, bool, comparison, Where
-and IEEE basic arithmetic are correctly rounded; transcendental functions and activations
-of float16 / bfloat16 / float32 are evaluated in float64 and rounded once, like
-cpu_reference, and NaNs come out with the sign and payload x86 gives them. float64
-inputs of libm functions (Exp, Tanh, Pow, ...) are declined: CUDA's float64 libm may
-differ from numpy's by an ulp, and there is no wider type to hide it.
+Parity (docs/PARITY.md): every row promises ``exact``, with one exception below. Integer,
+bool, comparison, Where, Clip and IEEE basic arithmetic are correctly rounded;
+transcendental functions and activations of float16 / bfloat16 / float32 are evaluated in
+float64 and rounded once, like cpu_reference. float64 inputs of libm functions (Exp, Tanh,
+Pow, ...) are declined: CUDA's float64 libm may differ from numpy's by an ulp, and there is
+no wider type to hide it.
+
+NaNs are NaN exactly where the reference's are, but their sign and payload are not
+promised: the reference's depend on the host CPU (numpy's AVX-512 paths return x86's
+default -NaN for ``log(-1)`` or ``arccos(2)`` and may pick either operand's NaN in
+``NaN + NaN``; glibc returns +NaN). The kernels follow glibc/SSE.
+
+Exception: ``Gelu(approximate="tanh")`` promises :func:`gelu_tanh_parity`, a tolerance.
+The reference's ``0.5 * x * (1 + tanh(u))`` cancels for x << 0 (``tanh(u)`` near -1), so a
+one-ulp difference between CUDA's float64 ``tanh`` and numpy's (glibc's, or numpy's own
+SIMD one on AVX-512 hosts) becomes a large relative difference in a result of ~1e-15
+(measured on the H200 host: float32 results 3.7e6 ulp apart, 4e-16 absolute).
 """
 
 from __future__ import annotations
@@ -220,9 +231,13 @@ class _Bound:
         if n == 0:
             return
         grid, block = launch_geometry(n)
-        ptrs = [(int(t.ptr), ctypes.c_void_p) for t in inputs]
+        if self.row.family == "clip":  # (x, lo or null, hi or null, y, n, lo, hi)
+            ptrs = [(int(inputs[k].ptr) if k < len(inputs) and inputs[k] is not None else 0,
+                     ctypes.c_void_p) for k in range(3)]
+        else:
+            ptrs = [(int(t.ptr), ctypes.c_void_p) for t in inputs]
         args: list[tuple[Any, Any]] = [*ptrs, (int(y.ptr), ctypes.c_void_p), (n, ctypes.c_int64)]
-        if self.row.family == "unary":
+        if self.row.family in ("unary", "clip"):
             args += [(self.scalars[0], ctypes.c_double), (self.scalars[1], ctypes.c_double)]
         else:
             shapes = tuple(tuple(t.shape) for t in inputs)
@@ -282,8 +297,11 @@ class Unary:
             symbol = "gelu_tanh"
         values = [float(meta.attr(name, default)) for name, default in self.attrs]
         values += [0.0] * (2 - len(values))
-        return _Bound(self, f"{symbol}_{suffix(meta.inputs[0].dtype)}",  # type: ignore[union-attr]
-                      tuple(values))
+        dtype = meta.inputs[0].dtype  # type: ignore[union-attr]
+        bound = _Bound(self, f"{symbol}_{suffix(dtype)}", tuple(values))
+        if symbol == "gelu_tanh":
+            bound.parity = gelu_tanh_parity(dtype)
+        return bound
 
     # an unbound row is not run by the executor; these keep it a complete Kernel
     def capture_support(self) -> CaptureSupport:
@@ -295,6 +313,29 @@ class Unary:
     def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
                                outputs: list[Any], workspace: Any) -> None:
         self.bind(ctx.node).execute_with_workspace(ctx, inputs, outputs, workspace)
+
+
+#: |0.5 * x * (tanh_cuda(u) - tanh_ref(u))| for the |x| < 8 where 1 + tanh(u) is not 0:
+#: 0.5 * 8 * (4 float64 ulps of 1), rounded up
+GELU_TANH_ATOL = 1e-14
+
+
+def gelu_tanh_parity(dtype: Any) -> Parity:
+    """The promise of ``Gelu(approximate="tanh")`` for inputs of ``dtype``.
+
+    Where ``1 + tanh(u)`` does not cancel, both sides round nearly the same float64 to
+    the output type: equal, or one output ulp apart (``rtol`` = the type's ulp of 1, an
+    upper bound of one ulp relative to the value). Where it cancels (x << 0) the float64
+    results differ by up to :data:`GELU_TANH_ATOL` absolute (a few float64 ulps of
+    ``tanh`` near -1, times ``0.5 * |x|``), plus that rounding; float16 also gets its
+    smallest subnormal (2^-24) for results that round to 0 on one side only.
+    """
+    dt = np.dtype(dtype)
+    if dt == np.float16:
+        return Parity.tolerance(2.0 ** -10, GELU_TANH_ATOL + 2.0 ** -24)
+    if dt == BF16:
+        return Parity.tolerance(2.0 ** -7, GELU_TANH_ATOL)
+    return Parity.tolerance(2.0 ** -23, GELU_TANH_ATOL)
 
 
 def f32(value: float) -> float:
@@ -480,5 +521,76 @@ class Where:
         self.bind(ctx.node).execute_with_workspace(ctx, inputs, outputs, workspace)
 
 
+# ---------------------------------------------------------------- Clip
+
+
+class Clip:
+    """``min(max(x, lo), hi)``: bounds are attributes ``min``/``max`` before opset 11 and
+    optional scalar inputs of x's dtype from opset 11.
+
+    The input bounds stay on the device: the kernel reads them through their pointers (a
+    null pointer is "no bound"), so nothing is copied to the host and capture is safe.
+    Attribute bounds are rounded to x's dtype on the host at bind, as the reference rounds
+    them. Exact for every dtype: the result is x or a bound (see elementwise.cu).
+    """
+
+    family = "clip"
+
+    def __init__(self, op_type: str = "Clip", since: int = 1) -> None:
+        self.key = OpKey("", op_type, since)
+        self.parity = Parity.EXACT
+        self.dtypes = NUMERIC
+
+    def __repr__(self) -> str:
+        return f"Clip({self.key})"
+
+    def supports(self, meta: NodeMeta) -> Support:
+        if not 1 <= len(meta.inputs) <= 3 or not _static(meta.inputs[0]):
+            return Support.no("needs an input x of static shape and at most two bounds")
+        x = meta.inputs[0]
+        assert x is not None
+        if x.dtype not in self.dtypes:
+            return Support.no(f"dtype {x.dtype} not in ({dtype_names(self.dtypes)})")
+        if meta.opset < 11:
+            if len(meta.inputs) > 1:
+                return Support.no(f"opset {meta.opset} < 11 takes the bounds as attributes")
+            if x.dtype not in FLOATS:
+                return Support.no(f"dtype {x.dtype} before opset 11 (floats only)")
+            return Support.YES
+        for name, spec in zip(("min", "max"), meta.inputs[1:]):
+            if spec is None:
+                continue
+            if spec.dtype != x.dtype:
+                return Support.no(f"{name} must have x's dtype {x.dtype}, got {spec.dtype}")
+            if not _static(spec) or _numel(spec.shape) != 1:
+                return Support.no(f"{name} must be a scalar of static shape, got {spec.shape}")
+        return Support.YES
+
+    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec]:
+        x = meta.inputs[0]
+        assert x is not None
+        return [TensorSpec(x.dtype, x.shape)]
+
+    def bind(self, meta: NodeMeta) -> _Bound:
+        dtype = meta.inputs[0].dtype  # type: ignore[union-attr]
+        scalars = (-np.inf, np.inf)
+        if meta.opset < 11:
+            with np.errstate(all="ignore"):
+                scalars = tuple(  # type: ignore[assignment]
+                    float(np.asarray(meta.attr(name, default)).astype(dtype).astype(np.float64))
+                    for name, default in (("min", -np.inf), ("max", np.inf)))
+        return _Bound(self, f"clip_{suffix(dtype)}", scalars)
+
+    def capture_support(self) -> CaptureSupport:
+        return CaptureSupport.SUPPORTED
+
+    def workspace_requirement(self, meta: NodeMeta) -> WorkspaceRequirement:
+        return WorkspaceRequirement.NONE
+
+    def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
+                               outputs: list[Any], workspace: Any) -> None:
+        self.bind(ctx.node).execute_with_workspace(ctx, inputs, outputs, workspace)
+
+
 ROWS: Mapping[str, Any] = {k.key.op_type: k for k in (*_UNARY, *_BINARY)}
-KERNELS: list[Any] = [*_UNARY, *_BINARY, Where()]
+KERNELS: list[Any] = [*_UNARY, *_BINARY, Where(), Clip()]
