@@ -201,12 +201,28 @@ def _errors(x: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return abs_err, rel_err
 
 
+def _only_nans_differ(x: np.ndarray, ref: np.ndarray) -> bool:
+    """Every element whose bytes differ is a NaN on both sides."""
+    n = x.size
+    xb = np.ascontiguousarray(x).reshape(n).view(np.uint8).reshape(n, -1)
+    rb = np.ascontiguousarray(ref).reshape(n).view(np.uint8).reshape(n, -1)
+    differ = (xb != rb).any(axis=1)
+    nan_x, _ = _special(x)
+    nan_r, _ = _special(ref)
+    both_nan = (nan_x & nan_r).reshape(n)
+    return not bool((differ & ~both_nan).any())
+
+
 def _keeps(promise: Parity, x: np.ndarray, ref: np.ndarray, bytes_equal: bool,
            differing: int, ulp: int | float, abs_err: np.ndarray,
            incomparable: np.ndarray) -> tuple[bool, str]:
     if bytes_equal:
         return True, ""
     if promise.kind is ParityKind.EXACT:
+        if x.dtype.kind in "fcV" and x.size and _only_nans_differ(x, ref):
+            # NaN payloads and signs are not part of the promise: they follow the host
+            # CPU's SIMD paths (numpy on AVX-512 differs from AVX2), not the math
+            return True, ""
         return False, f"{differing} of {x.size} elements differ; exact promised"
     if incomparable.any():
         nan_x, inf_x = _special(x)
