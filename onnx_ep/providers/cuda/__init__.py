@@ -25,6 +25,7 @@ MODULES: tuple[str, ...] = (
     "cast",
     "elementwise",
     "movement",
+    "shape",
     "reduce",
     "softmax",
     "gemm",
