@@ -268,17 +268,17 @@ def infer_specs(light_model: onnx.ModelProto | None, graph: Graph,
 def light_model_for_inference(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy of ``model`` whose large initializers became typed graph inputs.
 
-    Shape inference needs only their types and shapes; small integer
-    initializers (shape constants for Reshape, Expand, ...) are kept as data.
+    Shape inference needs only their types and shapes; small initializers (shape
+    constants for Reshape, Expand, Range bounds, ...) are kept as data.
     """
     m = onnx.ModelProto()
     m.CopyFrom(model)
     del m.graph.initializer[:]
     existing = {vi.name for vi in m.graph.input}
     for t in model.graph.initializer:
-        small_int = t.data_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32) and \
-            int(np.prod(t.dims)) <= 64
-        if small_int:
+        # small constants (Reshape/Expand shapes, Range bounds, Slice starts) are kept as
+        # data so inference's data propagation can compute shapes from them
+        if int(np.prod(t.dims)) <= 64 and t.data_type != onnx.TensorProto.STRING:
             m.graph.initializer.append(t)
         elif t.name not in existing:
             m.graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, t.dims))
