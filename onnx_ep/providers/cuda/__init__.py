@@ -31,6 +31,7 @@ MODULES: tuple[str, ...] = (
     "gemm",
     "conv",
     "pool",
+    "attention",
 )
 
 #: the holder that host <-> device transfers of the provider are charged to
