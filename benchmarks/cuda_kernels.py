@@ -29,7 +29,16 @@ iterations while the GPU is busy and launch gaps never enter the measurement.
 
 Each case runs on its own: an exception becomes its table row and the run goes on.
 Section 6 runs first; its warm cache then serves the rest of the run (unless
-ONNX_EP_CACHE_DIR was set), so nothing is compiled twice.
+ONNX_EP_CACHE_DIR was set), so nothing is compiled twice. Section 6's cold child
+compiles the sources the demo did not use in parallel threads (NVRTC releases the
+GIL), so the rest's time is a wall time.
+
+Bounded: --budget seconds (84) for the whole run, shared among the sections
+(SECTION_SHARE; time a section leaves unused passes on to the next). A case that would
+start after its section's deadline is reported as "skipped: over budget", section 6's
+children are killed at theirs, and a watchdog prints the table so far and exits (status
+3) if the run is still going --grace seconds after the budget: the run never hangs.
+Progress on stderr gives every case's (and its steps') seconds.
 
 Usage::
 
@@ -53,6 +62,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import timeit
 import traceback
@@ -87,6 +97,9 @@ TARGET_GEMM = 0.90
 TARGET_US_PER_NODE = 8.0
 #: assumed host cost of enqueuing one timed iteration, to size the GPU backlog
 HOST_US_PER_ITER = 60.0
+#: share of --budget per section (time a section leaves unused passes on to the next)
+#: (section 6 compiles every source cold: the demo alone takes ~45 s of NVRTC)
+SECTION_SHARE = {6: 0.55, 1: 0.02, 2: 0.09, 3: 0.09, 4: 0.13, 5: 0.12}
 SECTIONS = {1: "device-to-device copy (the ceiling)", 2: "elementwise and Cast",
             3: "Softmax and LayerNormalization", 4: "GEMM vs torch.matmul",
             5: "per-node eager overhead", 6: "kernel cache: cold vs warm start"}
@@ -108,6 +121,7 @@ class Row:
     met: bool | None = None
     note: str = ""
     error: str | None = None
+    skipped: str | None = None        # "over budget (...)": the case did not run
 
 
 # ---------------------------------------------------------------- models
@@ -305,13 +319,72 @@ def measure(fn: Callable[[], Any], repeat: int, min_time: float) -> tuple[float,
     return min(per_call), statistics.median(per_call)
 
 
+T0 = time.perf_counter()
+
+
 def progress(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
+    print(f"{time.perf_counter() - T0:7.1f} s  {msg}", file=sys.stderr, flush=True)
 
 
-def guarded(section: int, case: str, rows: list[Row], fn: Callable[[], Row | list[Row]]) -> None:
-    """Run one case; an exception becomes its row (and a traceback on stderr)."""
+class Budget:
+    """The run's wall-clock budget: a deadline per section, a watchdog at the end.
+
+    :ivar rows: the table so far (the watchdog prints it if the run overstays).
+    """
+
+    def __init__(self, total: float, grace: float, sections: Sequence[int]) -> None:
+        self.total, self.grace = total, grace
+        self.start = time.perf_counter()
+        self.end = self.start + total
+        self.rows: list[Row] = []
+        self.current: tuple[int, str] | None = None
+        self.deadline = self.end
+        self._shares = {s: SECTION_SHARE[s] for s in sections}
+        self._spent_share = 0.0
+        self.printer: Callable[[list[Row]], None] | None = None
+        self.cleanup: list[str] = []      # directories os._exit would leave behind
+
+    def open_section(self, section: int) -> None:
+        """This section's deadline: its share plus what earlier sections left unused."""
+        self._spent_share += self._shares.get(section, 0.0)
+        total_share = sum(self._shares.values()) or 1.0
+        self.deadline = min(self.end, self.start + self.total * self._spent_share / total_share)
+
+    def left(self) -> float:
+        return self.deadline - time.perf_counter()
+
+    def start_watchdog(self) -> None:
+        def watch() -> None:
+            time.sleep(max(0.0, self.end + self.grace - time.perf_counter()))
+            rows = list(self.rows)
+            if self.current is not None:
+                rows.append(Row(*self.current, skipped=f"over budget (stopped while running, "
+                                                      f"--budget {self.total:g} s)"))
+            progress(f"watchdog: over the {self.total:g} s budget (+{self.grace:g} s); "
+                     f"printing the table so far and exiting")
+            if self.printer is not None:
+                self.printer(rows)
+            sys.stdout.flush()
+            for d in self.cleanup:
+                shutil.rmtree(d, ignore_errors=True)
+            os._exit(3)
+
+        threading.Thread(target=watch, name="budget-watchdog", daemon=True).start()
+
+
+def guarded(section: int, case: str, rows: list[Row], fn: Callable[[], Row | list[Row]],
+            budget: Budget | None = None) -> None:
+    """Run one case; an exception becomes its row (and a traceback on stderr); a case
+    that would start after its section's deadline is reported skipped."""
+    if budget is not None and budget.left() <= 0:
+        progress(f"[{section}] {case}: skipped, over budget")
+        rows.append(Row(section, case, skipped=f"over budget (section {section}'s share of "
+                                               f"--budget {budget.total:g} s was spent)"))
+        return
     progress(f"[{section}] {case}...")
+    t0 = time.perf_counter()
+    if budget is not None:
+        budget.current = (section, case)
     try:
         out = fn()
     except Exception as exc:   # one failing case must not stop the others
@@ -322,7 +395,10 @@ def guarded(section: int, case: str, rows: list[Row], fn: Callable[[], Row | lis
             out = [dataclasses.replace(out, case=out.case or case)]
         rows.extend(out)
     finally:
+        if budget is not None:
+            budget.current = None
         gc.collect()
+        progress(f"[{section}] {case}: {time.perf_counter() - t0:.1f} s")
 
 
 # ---------------------------------------------------------------- 1. copy
@@ -350,11 +426,17 @@ def bandwidth_row(b: Bench, section: int, case: str, model: onnx.ModelProto,
                   feeds: dict[str, np.ndarray], moved: int, target: float,
                   check: Callable[[list[np.ndarray]], str] | None = None) -> Row:
     """GB/s of the model's one kernel, as a share of the measured copy bandwidth."""
+    t0 = time.perf_counter()
     k = KernelStep(model, feeds)
     try:
+        progress(f"[{section}]   session + first run: {time.perf_counter() - t0:.1f} s")
+        t0 = time.perf_counter()
         note = check(k.first) if check is not None else ""
         k.first = None
+        progress(f"[{section}]   output check: {time.perf_counter() - t0:.1f} s")
+        t0 = time.perf_counter()
         ms = statistics.median(b.gpu_ms(k, k.stream))
+        progress(f"[{section}]   {b.iters} timed calls: {time.perf_counter() - t0:.1f} s")
     finally:
         k.close()
     gbs = moved / (ms * 1e-3) / 1e9
@@ -381,7 +463,9 @@ def exact_check(expect: Callable[[np.ndarray], np.ndarray], x: np.ndarray,
 
 def bench_add(b: Bench, dtype: np.dtype) -> Row:
     n = b.nbytes // dtype.itemsize
+    t0 = time.perf_counter()
     x = pattern(n, dtype)
+    progress(f"[2]   input pattern: {time.perf_counter() - t0:.1f} s")
     model = one_node_model("Add", [("a", dtype, [n]), ("b", dtype, [n])], (dtype, [n]))
     return bandwidth_row(b, 2, "", model, {"a": x, "b": x}, 3 * n * dtype.itemsize,
                          TARGET_ELEMENTWISE, exact_check(lambda v: v + v, x))
@@ -590,21 +674,36 @@ def cache_child() -> int:
     nvrtc.reset_compile_stats()
     rest = [p.stem for p in sorted(nvrtc.KERNELS_DIR.glob("*.cu"))
             if not p.stem.startswith("testing")]
+    threads = max(1, min(len(rest), os.cpu_count() or 1))
     t0 = time.perf_counter()
+    # compile (or read) every cubin in parallel threads, then load the modules in order
+    from concurrent.futures import ThreadPoolExecutor
+
+    driver = runtime.driver_version()
+
+    def cubin(source: str) -> None:
+        nvrtc.cached_cubin(nvrtc.source_path(source).read_text(), f"{source}.cu",
+                           nvrtc.full_options(dev.arch), dev.arch, driver)
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(cubin, rest))
+    compiled_stats = nvrtc.compile_stats()
     for source in rest:
         nvrtc.get_module(source, dev)
     rest_s = time.perf_counter() - t0
-    rest_stats = nvrtc.compile_stats()
+    rest_stats = dict(compiled_stats, loads=nvrtc.compile_stats()["loads"])
     print(json.dumps({"import_s": import_s, "first_run_s": first_s, "demo": demo_stats,
                       "placement": placement, "cubins_after_demo": used,
                       "rest_s": rest_s, "rest": rest_stats, "sources": rest,
-                      "cubins": compiled()}))
+                      "threads": threads, "cubins": compiled()}))
     return 0
 
 
 def run_child(cache_root: str, timeout: float) -> dict[str, Any]:
     env = dict(os.environ, ONNX_EP_CACHE_DIR=cache_root)
     t0 = time.perf_counter()
+    if timeout <= 0:
+        raise subprocess.TimeoutExpired("--cache-child", 0)
     proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--cache-child"],
                           env=env, capture_output=True, text=True, timeout=timeout)
     wall = time.perf_counter() - t0
@@ -620,12 +719,25 @@ def run_child(cache_root: str, timeout: float) -> dict[str, Any]:
     return res
 
 
-def bench_cache(b: Bench, cache_root: str) -> list[Row]:
+def bench_cache(b: Bench, cache_root: str, budget: Budget | None = None) -> list[Row]:
     rows: list[Row] = []
     runs = {}
     for label in ("cold", "warm"):
-        progress(f"[6]   {label} subprocess...")
-        runs[label] = run_child(cache_root, b.args.child_timeout)
+        timeout = b.args.child_timeout if budget is None else min(b.args.child_timeout,
+                                                                  budget.left())
+        progress(f"[6]   {label} subprocess (timeout {timeout:.0f} s)...")
+        t0 = time.perf_counter()
+        try:
+            runs[label] = run_child(cache_root, timeout)
+        except subprocess.TimeoutExpired:
+            rows.append(Row(6, f"{label} cache: demo transformer and kernel sources",
+                            skipped=f"over budget (child stopped after {timeout:.0f} s; "
+                                    f"raise --budget or --child-timeout)"))
+            if label == "cold":
+                rows.append(Row(6, "warm cache: demo transformer and kernel sources",
+                                skipped="over budget (the cold run did not finish)"))
+            return rows
+        progress(f"[6]   {label} subprocess: {time.perf_counter() - t0:.1f} s")
     cold = runs["cold"]
     for label, r in runs.items():
         d, rest = r["demo"], r["rest"]
@@ -647,8 +759,8 @@ def bench_cache(b: Bench, cache_root: str) -> list[Row]:
             f"cold {other['rest_s']:.2f} s" if other else "",
             other["rest_s"] / r["rest_s"] if other and r["rest_s"] else None,
             "x" if other else "", "", None,
-            f"{rest['compiles']} more compiles ({rest['compile_seconds']:.1f} s), "
-            f"{rest['cache_hits']} cache hits; NVRTC total for the whole set "
+            f"{rest['compiles']} more compiles ({rest['compile_seconds']:.1f} s NVRTC in "
+            f"{r.get('threads', 1)} threads), {rest['cache_hits']} cache hits; NVRTC total for the whole set "
             f"{d['compile_seconds'] + rest['compile_seconds']:.1f} s; process wall "
             f"{r['wall_s']:.1f} s (imports {r['import_s']:.1f} s)"))
     return rows
@@ -715,6 +827,10 @@ def markdown(rows: list[Row], info: dict[str, str]) -> str:
              "| § | case | time | ours | reference | ratio | target | met | notes |",
              "|---|---|---:|---:|---|---:|---|---|---|"]
     for r in sorted(rows, key=lambda r: r.section):
+        if r.skipped is not None:
+            lines.append(f"| {r.section} | {_cell(r.case)} | | skipped: {_cell(r.skipped)} "
+                         f"| | | {_cell(r.target)} | skipped | |")
+            continue
         if r.error is not None:
             err = r.error if len(r.error) <= 300 else r.error[:297] + "..."
             lines.append(f"| {r.section} | {_cell(r.case)} | | **ERROR** {_cell(err)} "
@@ -730,8 +846,9 @@ def markdown(rows: list[Row], info: dict[str, str]) -> str:
                      f"{_cell(r.note)} |")
     judged = [r for r in rows if r.met is not None]
     failed = [r for r in rows if r.error is not None]
+    skipped = [r for r in rows if r.skipped is not None]
     lines += ["", f"targets met: {sum(r.met for r in judged)} of {len(judged)}; "
-              f"cases failed: {len(failed)}"]
+              f"cases failed: {len(failed)}; skipped over budget: {len(skipped)}"]
     return "\n".join(lines)
 
 
@@ -763,7 +880,14 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--min-time", type=float, default=0.2,
                     help="seconds per timeit repeat in section 5, at least (0.2)")
     ap.add_argument("--child-timeout", type=float, default=420,
-                    help="seconds allowed to each section-6 subprocess (420)")
+                    help="seconds allowed to each section-6 subprocess, at most (420; the "
+                         "section's share of --budget usually stops it first)")
+    ap.add_argument("--budget", type=float, default=84,
+                    help="wall-clock seconds for the whole run, shared among the sections; "
+                         "cases past their section's share are skipped (84)")
+    ap.add_argument("--grace", type=float, default=5,
+                    help="seconds past --budget before the watchdog prints the table so far "
+                         "and exits with status 3 (5)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of markdown")
     ap.add_argument("--cache-child", action="store_true", help=argparse.SUPPRESS)
     return ap
@@ -785,47 +909,65 @@ def main(argv: list[str] | None = None) -> int:
               f"(pip install 'onnx-ep[cuda]'); nothing was measured.", file=sys.stderr)
         return 2
     t_start = time.perf_counter()
-    b = Bench(args)
-    rows: list[Row] = []
     want = set(args.sections)
+    budget = Budget(args.budget, args.grace, sorted(want))
+    rows = budget.rows
+    b = Bench(args)
+
+    def report(table: list[Row]) -> None:
+        info = machine(b)
+        info["wall"] = f"{time.perf_counter() - t_start:.0f} s (budget {args.budget:g} s)"
+        if args.json:
+            print(json.dumps({"machine": info, "rows": [dataclasses.asdict(r) for r in table]},
+                             indent=2))
+        else:
+            print(markdown(table, info))
+
+    budget.printer = report
+    budget.start_watchdog()
     try:
         if 6 in want:   # first: its warm cache then serves every later compile of this run
+            budget.open_section(6)
             root = tempfile.mkdtemp(prefix="onnx-ep-bench-cache-")
             atexit.register(shutil.rmtree, root, True)
-            guarded(6, "kernel cache", rows, lambda: bench_cache(b, root))
-            if not os.environ.get("ONNX_EP_CACHE_DIR"):
+            budget.cleanup.append(root)
+            guarded(6, "kernel cache", rows, lambda: bench_cache(b, root, budget), budget)
+            complete = not any(r.section == 6 and (r.skipped or r.error) for r in rows)
+            if complete and not os.environ.get("ONNX_EP_CACHE_DIR"):
+                # a half-filled cache would compile in the timed sections: keep the user's
                 os.environ["ONNX_EP_CACHE_DIR"] = root
         if 1 in want:
-            guarded(1, "copy", rows, lambda: bench_copy(b))
+            budget.open_section(1)
+            guarded(1, "copy", rows, lambda: bench_copy(b), budget)
         if 2 in want:
+            budget.open_section(2)
             mib = f"{args.size_mib:g} MiB"
             for dt in (F32, F16, BF16):
-                guarded(2, f"Add {SHORT[dt]}, {mib} out", rows, lambda dt=dt: bench_add(b, dt))
-            guarded(2, f"Cast fp32->fp16, {mib} out", rows, lambda: bench_cast(b))
+                guarded(2, f"Add {SHORT[dt]}, {mib} out", rows, lambda dt=dt: bench_add(b, dt),
+                        budget)
+            guarded(2, f"Cast fp32->fp16, {mib} out", rows, lambda: bench_cast(b), budget)
         if 3 in want:
+            budget.open_section(3)
             for name, fn in (("Softmax", bench_softmax), ("LayerNormalization", bench_layernorm)):
                 for dt in (F32, F16):
                     guarded(3, f"{name} {SHORT[dt]}, rows of 4096, {args.size_mib:g} MiB", rows,
-                            lambda fn=fn, dt=dt: fn(b, dt))
+                            lambda fn=fn, dt=dt: fn(b, dt), budget)
         if 4 in want:
+            budget.open_section(4)
             operands: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] = {}
             for m, k, n in ((4096, 4096, 4096), (1, 4096, 4096), (128, 4096, 4096)):
                 for dt in (F32, F16, BF16):
                     guarded(4, f"MatMul {SHORT[dt]} {m}x{k}x{n}", rows,
-                            lambda dt=dt, m=m, k=k, n=n: bench_gemm(b, dt, m, k, n, operands))
+                            lambda dt=dt, m=m, k=k, n=n: bench_gemm(b, dt, m, k, n, operands),
+                            budget)
                 operands.pop((m, k, n), None)
         if 5 in want:
-            guarded(5, "Session.run overhead", rows, lambda: bench_overhead(b))
-            guarded(5, "single launch", rows, lambda: bench_launch(b))
+            budget.open_section(5)
+            guarded(5, "Session.run overhead", rows, lambda: bench_overhead(b), budget)
+            guarded(5, "single launch", rows, lambda: bench_launch(b), budget)
     finally:
         b.close()
-    info = machine(b)
-    info["wall"] = f"{time.perf_counter() - t_start:.0f} s"
-    if args.json:
-        print(json.dumps({"machine": info, "rows": [dataclasses.asdict(r) for r in rows]},
-                         indent=2))
-    else:
-        print(markdown(rows, info))
+    report(rows)
     return 0
 
 
