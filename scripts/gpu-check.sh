@@ -42,14 +42,15 @@ cat "$OUT/gpu.txt" "$OUT/env.txt"
 
 # each step has a time limit (seconds), so one hang cannot eat the whole run
 T=${STEP_TIMEOUT:-240}
-step kernels-compile kernels.log timeout "$T" python3 scripts/check_kernels.py
+step kernels-compile kernels.log timeout "$T" python3 scripts/check_kernels.py --load
 step cuda-tests pytest_cuda.log timeout "$T" python3 -m pytest -q -m cuda tests/providers/cuda \
   tests/core -p no:cacheprovider -rf --maxfail=300
 step node-suite-cuda node_suite_cuda.log timeout "$T" python3 -m onnx_ep.testing.node_suite \
   --device CUDA --jobs 8 --failures --json "$OUT/node_suite_cuda.json"
 step parity-demo parity.log timeout "$T" python3 -m onnx_ep.cli parity --provider cuda --per-node
 if [ "$QUICK" = 0 ] && [ -f benchmarks/cuda_kernels.py ]; then
-  step bench-cuda bench_cuda.log timeout "$T" python3 benchmarks/cuda_kernels.py
+  step bench-cuda bench_cuda.log timeout "$T" python3 benchmarks/cuda_kernels.py \
+    --budget "${BENCH_BUDGET:-150}"
 fi
 
 echo
