@@ -117,13 +117,20 @@ def load_model(model: str | os.PathLike[str] | bytes | onnx.ModelProto) -> onnx.
                          f"is the file truncated or not an .onnx file?") from exc
 
 
-def build_graph(model: onnx.ModelProto) -> Graph:
-    """Validate ``model`` and convert it into a :class:`Graph` with inferred types."""
+def build_graph(model: onnx.ModelProto, light: onnx.ModelProto | None = None) -> Graph:
+    """Validate ``model`` and convert it into a :class:`Graph` with inferred types.
+
+    Inference runs on the light copy (:func:`light_model_for_inference`), so a model with
+    gigabytes of weights is never serialized for it; the weights come from ``model``.
+    """
     if not model.HasField("graph"):
         raise ModelError("model has no graph; is it an ONNX ModelProto?")
     opsets = _opsets(model)
-    model = _infer(model)
-    return _convert_graph(model.graph, opsets, outer=frozenset(), top=True)
+    if light is None:
+        light = light_model_for_inference(model)
+    inferred = infer(light)
+    weights = {t.name: t for t in model.graph.initializer}
+    return _convert_graph(inferred.graph, opsets, outer=frozenset(), top=True, weights=weights)
 
 
 def _opsets(model: onnx.ModelProto) -> dict[str, int]:
@@ -143,12 +150,27 @@ def _opsets(model: onnx.ModelProto) -> dict[str, int]:
     return opsets
 
 
-def _infer(model: onnx.ModelProto) -> onnx.ModelProto:
+#: data propagation evaluates 1-D tensors element by element (it is meant for shape
+#: arithmetic); above this many elements a 1-D graph input makes it take minutes
+DATA_PROP_MAX_1D = 4096
+
+
+def infer(model: onnx.ModelProto) -> onnx.ModelProto:
+    """onnx shape inference; data propagation on unless a long 1-D input would make it slow."""
+    data_prop = all(_short_or_not_1d(vi.type) for vi in model.graph.input)
     try:
-        return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+        return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=data_prop)
     except Exception:
         # inference is advisory (custom domains, partial models); kernels see real shapes
         return model
+
+
+def _short_or_not_1d(tp: onnx.TypeProto) -> bool:
+    if tp.WhichOneof("value") != "tensor_type" or not tp.tensor_type.HasField("shape"):
+        return True
+    dims = tp.tensor_type.shape.dim
+    return len(dims) != 1 or not dims[0].HasField("dim_value") or \
+        dims[0].dim_value <= DATA_PROP_MAX_1D
 
 
 def value_from_type(name: str, tp: onnx.TypeProto) -> Value:
@@ -178,12 +200,14 @@ def value_from_type(name: str, tp: onnx.TypeProto) -> Value:
 
 
 def _convert_graph(gp: onnx.GraphProto, opsets: dict[str, int], outer: frozenset[str],
-                   top: bool = False) -> Graph:
+                   top: bool = False,
+                   weights: dict[str, onnx.TensorProto] | None = None) -> Graph:
+    """:param weights: the original initializers when ``gp`` is the light (inferred) copy."""
     values: dict[str, Value] = {}
     for vi in list(gp.input) + list(gp.value_info) + list(gp.output):
         values[vi.name] = value_from_type(vi.name, vi.type)
     initializers: dict[str, np.ndarray] = {}
-    for t in gp.initializer:
+    for t in (weights.values() if weights is not None else gp.initializer):
         initializers[t.name] = _tensor_to_array(t)
     for st in gp.sparse_initializer:
         initializers[st.values.name] = _sparse_to_array(st)
@@ -363,3 +387,31 @@ def describe_inputs(values: Iterable[Value]) -> list[dict[str, Any]]:
 
 def spec_mapping(graph: Graph) -> Mapping[str, TensorSpec | None]:
     return {name: v.spec for name, v in graph.values.items()}
+
+
+def light_model_for_inference(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` whose large initializers became typed graph inputs.
+
+    Shape inference needs only their types and shapes; small initializers (shape
+    constants for Reshape, Expand, Range bounds, ...) are kept as data.
+    """
+    # copy everything but the initializers field by field: CopyFrom would first copy
+    # every weight byte (gigabytes for a large model) only to drop it
+    m = onnx.ModelProto(ir_version=model.ir_version, producer_name=model.producer_name,
+                        domain=model.domain, model_version=model.model_version)
+    m.opset_import.extend(model.opset_import)
+    m.functions.extend(model.functions)
+    src = model.graph
+    g = m.graph
+    g.name = src.name
+    for name in ("node", "input", "output", "value_info", "sparse_initializer"):
+        getattr(g, name).extend(getattr(src, name))
+    existing = {vi.name for vi in m.graph.input}
+    for t in model.graph.initializer:
+        # small constants (Reshape/Expand shapes, Range bounds, Slice starts) are kept as
+        # data so inference's data propagation can compute shapes from them
+        if int(np.prod(t.dims)) <= 64 and t.data_type != onnx.TensorProto.STRING:
+            m.graph.initializer.append(t)
+        elif t.name not in existing:
+            m.graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, t.dims))
+    return m

@@ -17,7 +17,7 @@ import attrs
 import numpy as np
 import onnx
 
-from onnx_ep.core.graph import Graph
+from onnx_ep.core.graph import Graph, infer
 from onnx_ep.core.kernel import (
     ExecutionContext,
     NodeMeta,
@@ -253,36 +253,13 @@ def infer_specs(light_model: onnx.ModelProto | None, graph: Graph,
         del shape.dim[:]
         for d in s.shape:
             shape.dim.add().dim_value = int(d)
-    try:
-        inferred = onnx.shape_inference.infer_shapes(m, strict_mode=False, data_prop=True)
-    except Exception:
-        return specs
+    inferred = infer(m)
     from onnx_ep.core.graph import value_from_type
     for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
         v = value_from_type(vi.name, vi.type)
         if v.spec is not None and vi.name not in specs:
             specs[vi.name] = v.spec
     return specs
-
-
-def light_model_for_inference(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy of ``model`` whose large initializers became typed graph inputs.
-
-    Shape inference needs only their types and shapes; small initializers (shape
-    constants for Reshape, Expand, Range bounds, ...) are kept as data.
-    """
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    del m.graph.initializer[:]
-    existing = {vi.name for vi in m.graph.input}
-    for t in model.graph.initializer:
-        # small constants (Reshape/Expand shapes, Range bounds, Slice starts) are kept as
-        # data so inference's data propagation can compute shapes from them
-        if int(np.prod(t.dims)) <= 64 and t.data_type != onnx.TensorProto.STRING:
-            m.graph.initializer.append(t)
-        elif t.name not in existing:
-            m.graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, t.dims))
-    return m
 
 
 def plan_signature(program: Program, signature: tuple[Any, ...],

@@ -24,7 +24,13 @@ from onnx_ep.core.admission import AdmissionRequest, describe, reserve_for_run
 from onnx_ep.core.dtypes import np_dtype
 from onnx_ep.core.device import DeviceBinding
 from onnx_ep.core.executor import Executor
-from onnx_ep.core.graph import Graph, Value, build_graph, load_model
+from onnx_ep.core.graph import (
+    Graph,
+    Value,
+    build_graph,
+    light_model_for_inference,
+    load_model,
+)
 from onnx_ep.core.kernel import TensorSpec, WorkspaceLifetime, WorkspaceView
 from onnx_ep.core.memory import Reservation, Role, allocate_host, authority_for
 from onnx_ep.core.options import RunOptions, SessionOptions
@@ -34,7 +40,6 @@ from onnx_ep.core.planner import (
     Program,
     build_program,
     infer_specs,
-    light_model_for_inference,
     plan_signature,
     unsized_device_steps,
 )
@@ -113,8 +118,8 @@ class Session:
         self._providers = resolve_providers(
             providers if providers is not None else self.options.providers, self._runtime)
         proto = load_model(model)
-        self._graph: Graph = build_graph(proto)
         self._light = light_model_for_inference(proto)
+        self._graph: Graph = build_graph(proto, self._light)
         self._executor = Executor(self._runtime.registry, self._providers)
         self.holder = f"session-{next(_session_ids)}"
         self._device: DeviceBinding | None = None

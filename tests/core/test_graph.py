@@ -85,3 +85,23 @@ def test_constant_nodes_are_folded_into_initializers():
         None, {"x": np.ones(2, np.float32)})
     np.testing.assert_array_equal(y, [2, 3])
     assert k == 3 and k.dtype == np.int64
+
+
+def test_a_long_1d_input_does_not_make_shape_inference_crawl():
+    import time
+
+    import onnx_ep
+
+    n = 1 << 22
+    g = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "long",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n])],
+                          initializer=[onnx.numpy_helper.from_array(
+                              np.ones(n, np.float32), "w")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    t0 = time.perf_counter()
+    s = onnx_ep.Session(model)           # plans the static signature at load
+    (y,) = s.run(None, {"x": np.ones(n, np.float32)})
+    # onnx's data propagation evaluates 1-D tensors element by element: minutes at this size
+    assert time.perf_counter() - t0 < 20
+    assert y[0] == 2 and s.graph.values["y"].spec.shape == (n,)
