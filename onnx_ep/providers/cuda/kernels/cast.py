@@ -27,6 +27,7 @@ from onnx_ep.core.kernel import (
     WorkspaceRequirement,
 )
 from onnx_ep.providers.cuda.kernels.elementwise import (
+    BoundLaunch,
     ALL,
     _numel,
     _static,
@@ -54,37 +55,17 @@ def target_dtype(to: Any) -> np.dtype | None:
         return None
 
 
-class _BoundCast:
+class _BoundCast(BoundLaunch):
     """A Cast node with its source and target dtypes settled; launch only (capture-safe)."""
 
+    source = SOURCE
+
     def __init__(self, row: Cast, src: np.dtype, dst: np.dtype) -> None:
-        self.row = row
-        self.key = row.key
-        self.parity = row.parity
-        self.symbol = f"cast_{suffix(src)}_{suffix(dst)}"
+        super().__init__(row, f"cast_{suffix(src)}_{suffix(dst)}")
         self.dst = dst
-        self._functions: dict[int, Any] = {}
 
     def __repr__(self) -> str:
         return f"Cast({self.key}, {self.symbol})"
-
-    def capture_support(self) -> CaptureSupport:
-        return CaptureSupport.SUPPORTED
-
-    def workspace_requirement(self, meta: NodeMeta) -> WorkspaceRequirement:
-        return WorkspaceRequirement.NONE
-
-    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec]:
-        return self.row.infer_outputs(meta)
-
-    def function(self, ordinal: int) -> Any:
-        fn = self._functions.get(ordinal)
-        if fn is None:
-            from onnx_ep.providers.cuda import nvrtc, runtime
-
-            fn = self._functions[ordinal] = nvrtc.get_function(
-                SOURCE, self.symbol, runtime.get_device(ordinal))
-        return fn
 
     def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
                                outputs: list[Any], workspace: Any) -> None:

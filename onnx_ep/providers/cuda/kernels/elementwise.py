@@ -177,19 +177,20 @@ def launch_geometry(n: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]
     return (blocks, 1, 1), (BLOCK, 1, 1)
 
 
-class _Bound:
-    """One node bound to one table row: the symbol, scalar attributes and a layout cache.
+class BoundLaunch:
+    """A node bound to one compiled symbol of ``kernels/<SOURCE>.cu``: launch only.
 
-    Launches only: no allocation, synchronization or host copy (capture-safe).
+    The protocol's bookkeeping that every bound elementwise/cast node shares; subclasses
+    write ``execute_with_workspace``. Capture-safe: it never allocates or synchronizes.
     """
 
-    def __init__(self, row: Any, symbol: str, scalars: tuple[float, ...] = ()) -> None:
+    source = SOURCE
+
+    def __init__(self, row: Any, symbol: str) -> None:
         self.row = row
         self.key: OpKey = row.key
         self.parity: Parity = row.parity
         self.symbol = symbol
-        self.scalars = scalars
-        self._layouts: dict[tuple[tuple[int, ...], ...], Bcast] = {}
         self._functions: dict[int, Any] = {}
 
     def __repr__(self) -> str:
@@ -210,8 +211,20 @@ class _Bound:
             from onnx_ep.providers.cuda import nvrtc, runtime
 
             fn = self._functions[ordinal] = nvrtc.get_function(
-                SOURCE, self.symbol, runtime.get_device(ordinal))
+                self.source, self.symbol, runtime.get_device(ordinal))
         return fn
+
+
+class _Bound(BoundLaunch):
+    """One node bound to one table row: the symbol, scalar attributes and a layout cache.
+
+    Launches only: no allocation, synchronization or host copy (capture-safe).
+    """
+
+    def __init__(self, row: Any, symbol: str, scalars: tuple[float, ...] = ()) -> None:
+        super().__init__(row, symbol)
+        self.scalars = scalars
+        self._layouts: dict[tuple[tuple[int, ...], ...], Bcast] = {}
 
     def layout(self, out_shape: tuple[int, ...], shapes: tuple[tuple[int, ...], ...]) -> Bcast:
         key = (out_shape, *shapes)
