@@ -14,7 +14,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
-import numpy as np
 import onnx
 
 from onnx_ep.core.graph import Graph, infer

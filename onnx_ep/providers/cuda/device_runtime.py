@@ -8,7 +8,6 @@ stream. See docs/MEMORY.md.
 
 from __future__ import annotations
 
-from typing import Any
 
 import numpy as np
 
