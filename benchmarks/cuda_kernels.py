@@ -182,7 +182,7 @@ class KernelStep:
         self.session = Session(model, providers=[provider], plugins=plugins)
         try:
             self.first = self.session.run(None, feeds)
-            self._bind(self.session._bind_feeds(feeds)[1])
+            self._bind(self.session._feeds.bind(feeds)[1])
         except BaseException:
             self.session.close()
             raise

@@ -7,6 +7,7 @@ planning, execution and memory live in their own modules.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -21,9 +22,9 @@ import numpy as np
 import onnx
 
 from onnx_ep.core.admission import AdmissionRequest, describe, reserve_for_run
-from onnx_ep.core.dtypes import np_dtype
 from onnx_ep.core.device import DeviceBinding
 from onnx_ep.core.executor import Executor
+from onnx_ep.core.feeds import FeedBinder
 from onnx_ep.core.graph import (
     Graph,
     Value,
@@ -49,7 +50,6 @@ from onnx_ep.plugins.policies import WeightStore, forced_policy
 from onnx_ep.plugins.manager import Runtime, runtime_for
 
 log = logging.getLogger("onnx_ep")
-_MISSING: Any = object()
 _session_ids = itertools.count(1)
 
 
@@ -129,7 +129,7 @@ class Session:
         self._lock = threading.Lock()
         self._run_lock = threading.Lock()
         self._input_values: list[Value] = list(self._graph.inputs)
-        self._input_index = {v.name: i for i, v in enumerate(self._input_values)}
+        self._feeds = FeedBinder(self._input_values)
         self._output_index = {v.name: i for i, v in enumerate(self._graph.outputs)}
         self.stats: dict[str, int] = {"plans": 0, "runs": 0, "plan_cache_hits": 0}
         self._run_ids = itertools.count(1)
@@ -278,7 +278,7 @@ class Session:
         :raises RunCancelled: ``run_options.terminate`` was set.
         """
         t0 = time.perf_counter()
-        arrays, signature = self._bind_feeds(feeds)
+        arrays, signature = self._feeds.bind(feeds, self._plans)
         plan = self._plans.get(signature)
         planned = plan is None
         if plan is None:
@@ -292,17 +292,13 @@ class Session:
         cancel = (lambda: run_options.terminate) if run_options is not None else None
         try:
             workspaces = self._workspace_views(plan, reservations)
-            if self._weights is not None:
-                with self._lock:    # runs share one weight window: one at a time
-                    outs = self._executor.run(plan.program, arrays, workspaces=workspaces,
-                                              cancel=cancel, weights=self._weights)
-            elif self._device is not None:
-                with self._run_lock:    # one stream, one arena per plan: one run at a time
-                    outs = self._executor.run(plan.program, arrays, workspaces=workspaces,
-                                              cancel=cancel, prebound=plan.prebound)
-            else:
+            # a weight window (streaming) or a device stream and arena serve one run at a time
+            serial = self._lock if self._weights is not None else (
+                self._run_lock if self._device is not None else contextlib.nullcontext())
+            with serial:
                 outs = self._executor.run(plan.program, arrays, workspaces=workspaces,
-                                          cancel=cancel)
+                                          cancel=cancel, weights=self._weights,
+                                          prebound=plan.prebound)
         finally:
             for r in reservations:
                 r.release()
@@ -314,76 +310,6 @@ class Session:
         return result
 
     # ---------------------------------------------------------------- internals
-    def _bind_feeds(self, feeds: Mapping[str, Any]) -> tuple[list[Any], tuple[Any, ...]]:
-        if not isinstance(feeds, Mapping):
-            raise FeedError(f"feeds must be a dict of input name -> numpy array, got "
-                            f"{type(feeds).__name__}")
-        arrays: list[Any] = [_MISSING] * len(self._input_values)
-        for name, value in feeds.items():
-            idx = self._input_index.get(name)
-            if idx is None:
-                known = ", ".join(self._input_index) or "none"
-                raise FeedError(f"unknown input {name!r}; the model's inputs are: {known}",
-                                input_name=name)
-            arrays[idx] = value
-        sig: list[Any] = []
-        for i, (v, a) in enumerate(zip(self._input_values, arrays)):
-            if isinstance(a, np.generic):       # numpy scalars are 0-d tensors
-                a = arrays[i] = np.asarray(a)
-            if a is None and v.kind == "optional":
-                sig.append((None, None))        # an empty optional
-                continue
-            if a is _MISSING or a is None:
-                raise FeedError(f"missing feed for input {v.name!r} (expected "
-                                f"{_describe(v)})", input_name=v.name,
-                                expected=_describe(v))
-            if isinstance(a, np.ndarray):
-                sig.append((a.dtype, a.shape))
-            else:
-                sig.append((type(a), None))
-        signature = tuple(sig)
-        if signature not in self._plans:
-            self._validate(arrays)
-        return arrays, signature
-
-    def _validate(self, arrays: list[Any]) -> None:
-        bound: dict[str, tuple[int, str]] = {}
-        for v, a in zip(self._input_values, arrays):
-            expected = _describe(v)
-            if v.kind in ("tensor", "unknown") and not isinstance(a, np.ndarray):
-                raise FeedError(f"input {v.name!r} expects a numpy array ({expected}), got "
-                                f"{type(a).__name__}; wrap it with np.asarray(..., dtype=...)",
-                                input_name=v.name, expected=expected, got=type(a).__name__)
-            if not isinstance(a, np.ndarray) or not v.elem_type:
-                continue
-            want_dt = np_dtype(v.elem_type)
-            if a.dtype != want_dt and not (want_dt == np.dtype(object) and a.dtype.kind in "OUS"):
-                raise FeedError(f"input {v.name!r} expects dtype {want_dt} ({v.type_str}), "
-                                f"got {a.dtype}", input_name=v.name, expected=expected,
-                                got=f"{a.dtype}{list(a.shape)}")
-            if v.spec is None:
-                continue
-            shape = v.spec.shape
-            if len(shape) != a.ndim:
-                raise FeedError(f"input {v.name!r} expects rank {len(shape)} "
-                                f"(shape {_shape_str(shape)}), got rank {a.ndim} "
-                                f"(shape {list(a.shape)})", input_name=v.name,
-                                expected=expected, got=f"{a.dtype}{list(a.shape)}")
-            for axis, (want, got) in enumerate(zip(shape, a.shape)):
-                if isinstance(want, int) and want != got:
-                    raise FeedError(f"input {v.name!r} expects dim {axis} = {want} (shape "
-                                    f"{_shape_str(shape)}), got {got} (shape {list(a.shape)})",
-                                    input_name=v.name, expected=expected,
-                                    got=f"{a.dtype}{list(a.shape)}")
-                if isinstance(want, str):
-                    prev = bound.setdefault(want, (got, v.name))
-                    if prev[0] != got:
-                        raise FeedError(
-                            f"input {v.name!r} dim {axis} is symbolic {want!r} = {got}, but "
-                            f"input {prev[1]!r} bound {want!r} = {prev[0]}; inputs sharing a "
-                            f"symbolic dim must agree", input_name=v.name, expected=expected,
-                            got=f"{a.dtype}{list(a.shape)}")
-
     def _plan(self, signature: tuple[Any, ...],
               specs_in: list[TensorSpec | None]) -> ExecutionPlan:
         with self._lock:
@@ -507,16 +433,6 @@ def _release_all(reservations: list[Reservation], device: DeviceBinding | None) 
 def _sig_str(signature: tuple[Any, ...]) -> str:
     return ", ".join(f"{dt}{list(shape)}" if shape is not None else str(dt)
                      for dt, shape in signature)
-
-
-def _shape_str(shape: Sequence[Any]) -> str:
-    return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
-
-
-def _describe(v: Value) -> str:
-    if v.spec is None:
-        return v.type_str or "any value"
-    return f"{v.type_str} {_shape_str(v.spec.shape)}"
 
 
 def _node_arg(v: Value) -> NodeArg:
