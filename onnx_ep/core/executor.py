@@ -21,11 +21,6 @@ from onnx_ep.core.registry import KernelRegistry
 from onnx_ep.errors import KernelContractError, NodeError, OnnxEpError, RunCancelled
 
 
-def _failed_step(program: Program, fast_index: int, exc: BaseException) -> int:
-    """Index of the step that raised (the general loop records it as it goes)."""
-    return fast_index if program.fast is not None else program.current[0]
-
-
 class Executor:
     """Runs programs; builds and caches subgraph programs on first use."""
 
@@ -78,9 +73,11 @@ class Executor:
         wsl = workspaces if workspaces is not None else program.no_workspaces
         pb = prebound if prebound is not None else program.no_prebound
         i = 0
+        where = [0]                   # the general loop's current step, for error messages
+        fast = cancel is None and weights is None and program.fast is not None
         try:
             with np.errstate(all="ignore"):   # ONNX defines inf/nan results; no warnings
-                if cancel is None and weights is None and program.fast is not None:
+                if fast:
                     for i, (call, ctx, ins, outs, frees) in enumerate(program.fast):
                         res = list(pb[i])
                         call(ctx, [env[s] for s in ins], res, wsl[i])
@@ -89,12 +86,12 @@ class Executor:
                         for s in frees:
                             env[s] = None
                 else:
-                    self._run_general(program, env, wsl, pb, cancel, weights)
+                    self._run_general(program, env, wsl, pb, cancel, weights, where)
         except OnnxEpError:
             raise
         except Exception as exc:
             # a kernel bug or an input the kernel did not validate: name the node, keep the cause
-            step = steps[_failed_step(program, i, exc)]
+            step = steps[i if fast else where[0]]
             raise NodeError(f"kernel {getattr(step.placed, 'kernel', step.call)!r} failed: "
                             f"{type(exc).__name__}: {exc}", node=step.name,
                             op_type=step.placed.node.op_type if step.placed else "copy") from exc
@@ -102,12 +99,13 @@ class Executor:
 
     def _run_general(self, program: Program, env: list[Any],
                      wsl: Sequence[WorkspaceView | None], pb: Sequence[tuple[Any, ...]],
-                     cancel: Callable[[], bool] | None, weights: Any) -> None:
+                     cancel: Callable[[], bool] | None, weights: Any,
+                     where: list[int]) -> None:
         """The loop for runs that cancel, stream weights, copy or run subgraphs."""
         steps = program.steps
         trash = program.n_slots
         for i, step in enumerate(steps):
-            program.current[0] = i
+            where[0] = i
             if cancel is not None and cancel():
                 raise RunCancelled(f"run cancelled before step {i} ({step.name!r}) of "
                                    f"{len(steps)}")

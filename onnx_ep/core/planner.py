@@ -71,8 +71,6 @@ class Program:
     no_workspaces: list[None] = attrs.Factory(list)
     #: per step, the outputs list a run starts from when nothing is pre-bound
     no_prebound: list[tuple[None, ...]] = attrs.Factory(list)
-    #: index of the step the general loop is running (for error messages)
-    current: list[int] = attrs.Factory(lambda: [0])
 
 
 def build_program(graph: Graph, placement: Placement, *,

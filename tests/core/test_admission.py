@@ -192,3 +192,16 @@ def test_each_persistent_workspace_keeps_its_own_contents_across_runs():
     s.run(None, {"x": np.ones(1, np.float32)})
     a, b = s.run(None, {"x": np.ones(1, np.float32)})
     assert (a[0], b[0]) == (111, 222)
+
+
+def test_a_kernel_error_during_a_cancellable_run_names_the_failing_node():
+    from tests.helpers.models import add_chain_model
+
+    s = onnx_ep.Session(add_chain_model(3), options=SessionOptions(memory_limit=1 << 22))
+
+    def boom(ctx, inputs, outputs, ws):
+        raise RuntimeError("kernel exploded")
+
+    s._program.steps[1].call = boom      # the second node fails; RunOptions takes the slow loop
+    with pytest.raises(NodeError, match="add1.*kernel exploded"):
+        s.run(None, {"x": np.ones(1, np.float32)}, run_options=RunOptions())
