@@ -277,6 +277,9 @@ class Session:
             naming the input, what was expected and what was given.
         :raises RunCancelled: ``run_options.terminate`` was set.
         """
+        if not self._finalizer.alive:
+            raise PlanError(f"{self.holder} is closed: its memory was released; create a new "
+                            f"Session to run the model again")
         t0 = time.perf_counter()
         arrays, signature = self._feeds.bind(feeds, self._plans)
         plan = self._plans.get(signature)

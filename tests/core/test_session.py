@@ -239,3 +239,12 @@ def test_options_from_toml(tmp_path):
     p.write_text("bogus = 1\n")
     with pytest.raises(onnx_ep.errors.OptionsError, match="unknown option.*bogus"):
         onnx_ep.SessionOptions.from_toml(p)
+
+
+def test_a_closed_session_refuses_to_run_and_close_is_idempotent():
+    s = onnx_ep.Session(mlp_model())
+    s.run(None, {"x": _x()})
+    s.close()
+    s.close()
+    with pytest.raises(onnx_ep.errors.PlanError, match="is closed"):
+        s.run(None, {"x": _x()})
