@@ -101,7 +101,7 @@ class Executor:
                      wsl: Sequence[WorkspaceView | None], pb: Sequence[tuple[Any, ...]],
                      cancel: Callable[[], bool] | None, weights: Any,
                      where: list[int]) -> None:
-        """The loop for runs that cancel, stream weights, copy or run subgraphs."""
+        """The loop for runs that cancel, stream weights or run subgraphs."""
         steps = program.steps
         trash = program.n_slots
         for i, step in enumerate(steps):

@@ -111,6 +111,10 @@ def place(graph: Graph, registry: KernelRegistry, providers: Sequence[str],
     :raises NoKernelError: for a node no listed provider can run.
     """
     host_providers = [p for p in providers if registry.providers[p].device == HOST]
+    # the provider whose runtime copies to and from each device: the first one listed
+    device_provider: dict[str, Provider] = {}
+    for p in providers:
+        device_provider.setdefault(registry.providers[p].device, registry.providers[p])
     device_of: dict[str, str] = {}
     for name in (*[v.name for v in graph.inputs], *graph.initializers, *graph.outer_names):
         device_of[name] = HOST
@@ -118,15 +122,16 @@ def place(graph: Graph, registry: KernelRegistry, providers: Sequence[str],
     uploads: list[CopyStep] = []
     copies: dict[tuple[str, str], str] = {}
 
-    def on(name: str, device: str, prov: Provider) -> str:
+    def on(name: str, device: str) -> str:
         """The name of ``name``'s value on ``device``, adding a copy the first time."""
         src_dev = device_of.get(name, HOST)
-        if src_dev == device:
+        if not name or src_dev == device:
             return name
         key = (name, device)
         if key not in copies:
             dst = f"{name}@{device}"
-            copy = CopyStep(name, dst, src_dev, device, prov)
+            copy = CopyStep(name, dst, src_dev, device,
+                            device_provider[device if device != HOST else src_dev])
             (uploads if name in graph.initializers else steps).append(copy)
             copies[key] = dst
             device_of[dst] = device
@@ -136,30 +141,14 @@ def place(graph: Graph, registry: KernelRegistry, providers: Sequence[str],
         meta = node_meta(node, graph)
         sel = registry.select(meta, host_providers if node.name in host_only else providers)
         prov = registry.providers[sel.provider]
-        if prov.device != HOST:
-            inputs = tuple(on(n, prov.device, prov) if n else n for n in node.inputs)
-        else:
-            inputs = tuple(on(n, HOST, registry.providers[_provider_on(
-                registry, device_of.get(n, HOST))]) if n else n for n in node.inputs)
+        inputs = tuple(on(n, prov.device) for n in node.inputs)
+        # subgraphs run on the host, so the values they read from this scope must be there
+        implicit = tuple(on(n, HOST) for n in node.implicit_inputs)
         kernel = bind_kernel(sel.kernel, meta)
-        implicit = tuple(on(n, HOST, registry.providers[_provider_on(
-            registry, device_of.get(n, HOST))]) for n in node.implicit_inputs)
         steps.append(PlacedNode(node, meta, sel.provider, prov.device, kernel, inputs,
                                 implicit))
         for o in node.outputs:
             if o:
                 device_of[o] = prov.device
-    outputs: dict[str, str] = {}
-    for v in graph.outputs:
-        dev = device_of.get(v.name, HOST)
-        outputs[v.name] = v.name if dev == HOST else on(
-            v.name, HOST, registry.providers[_provider_on(registry, dev)])
+    outputs = {v.name: on(v.name, HOST) for v in graph.outputs}
     return Placement(steps, uploads, outputs)
-
-
-def _provider_on(registry: KernelRegistry, device: str) -> str:
-    """A provider running on ``device`` (for host values, any host provider)."""
-    for p in sorted(registry.providers.values(), key=lambda p: -p.priority):
-        if p.device == device:
-            return p.name
-    raise LookupError(f"no provider runs on device {device!r}")
