@@ -70,13 +70,10 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = str(THREADS)
 
 import argparse  # noqa: E402
-import cProfile  # noqa: E402
 import datetime  # noqa: E402
-import io  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import platform  # noqa: E402
-import pstats  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import time  # noqa: E402
@@ -86,6 +83,8 @@ from typing import Any  # noqa: E402
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from common import profile_runs  # noqa: E402
 
 OPSET = 17
 IR_VERSION = 9
@@ -396,23 +395,8 @@ def _op_counts(model: onnx.ModelProto) -> dict[str, int]:
 def profile(model: onnx.ModelProto, feeds: dict[str, np.ndarray], calls: int = 3,
             top: int = 20) -> str:
     """cProfile of onnx-ep: which kernels (and numpy calls under them) take the time."""
-    from onnx_ep import Session
+    return profile_runs(model, feeds, calls, top, sorts=("tottime", "cumulative"))
 
-    sess = Session(model, providers=["cpu_reference"])
-    sess.run(None, feeds)
-    prof = cProfile.Profile()
-    prof.enable()
-    for _ in range(calls):
-        sess.run(None, feeds)
-    prof.disable()
-    buf = io.StringIO()
-    st = pstats.Stats(prof, stream=buf)
-    st.sort_stats("tottime").print_stats(top)
-    st.sort_stats("cumulative").print_stats(top)
-    return buf.getvalue()
-
-
-# --------------------------------------------------------------------------- report
 def machine(threads: int) -> dict[str, str]:
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,

@@ -78,6 +78,7 @@ except ImportError:     # run from a checkout without installing: use the reposi
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import ml_dtypes
+from common import add_chain_model
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
@@ -142,19 +143,6 @@ def one_node_model(op: str, inputs: Sequence[tuple[str, np.dtype, Sequence[int]]
         initializer=list(initializers))
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
                              ir_version=9)
-
-
-def add_chain_model(n: int) -> onnx.ModelProto:
-    """``y = x + c + ... + c``: ``n`` Add nodes on float32 [1] (as benchmarks/overhead.py)."""
-    nodes = [helper.make_node("Add", ["x" if i == 0 else f"t{i - 1}", "c"],
-                              ["y" if i == n - 1 else f"t{i}"], name=f"add{i}")
-             for i in range(n)]
-    graph = helper.make_graph(
-        nodes, "add_chain",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
-        initializer=[numpy_helper.from_array(np.array([1.0], np.float32), "c")])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
 
 
 def pattern(n: int, dtype: Any, seed: int = 0, lo: float = 0.5, hi: float = 1.5) -> np.ndarray:

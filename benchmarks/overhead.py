@@ -22,13 +22,10 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import cProfile
 import datetime
-import io
 import json
 import os
 import platform
-import pstats
 import statistics
 import subprocess
 import sys
@@ -38,26 +35,14 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
+
+from common import add_chain_model, profile_runs
 
 from onnx_ep import Session
 from onnx_ep.demo import build_demo_model, demo_feeds
 
 #: the issue's target for onnx-ep's per-node overhead
 TARGET_US_PER_NODE = 3.0
-
-
-def add_chain_model(n: int) -> onnx.ModelProto:
-    """``y = x + c + c + ... + c`` with ``n`` Add nodes on float32 [1]."""
-    nodes = [helper.make_node("Add", ["x" if i == 0 else f"t{i - 1}", "c"],
-                              ["y" if i == n - 1 else f"t{i}"], name=f"add{i}")
-             for i in range(n)]
-    graph = helper.make_graph(
-        nodes, "add_chain",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
-        initializer=[onnx.numpy_helper.from_array(np.array([1.0], np.float32), "c")])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
 
 
 def runners(model: onnx.ModelProto,
@@ -140,18 +125,7 @@ def bench_demo(repeat: int, min_time: float) -> dict[str, Any]:
 
 def profile_chain(n: int, calls: int = 50, top: int = 25) -> str:
     """cProfile of onnx-ep on the Add chain: where each node's microseconds go."""
-    sess = Session(add_chain_model(n), providers=["cpu_reference"])
-    feeds = {"x": np.array([0.5], np.float32)}
-    sess.run(None, feeds)
-    prof = cProfile.Profile()
-    prof.enable()
-    for _ in range(calls):
-        sess.run(None, feeds)
-    prof.disable()
-    buf = io.StringIO()
-    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(top)
-    return buf.getvalue()
-
+    return profile_runs(add_chain_model(n), {"x": np.array([0.5], np.float32)}, calls, top)
 
 def _table(title: str, res: dict[str, Any], per_node: bool) -> str:
     first = next(iter(res["rows"].values()))
