@@ -33,8 +33,8 @@ def _positive_or_none(inst: Any, attribute: attrs.Attribute[Any], value: Any) ->
                            f"got {value!r}")
 
 
-def _log_level(inst: Any, attribute: attrs.Attribute[Any], value: str) -> None:
-    if value not in LOG_LEVELS:
+def _log_level(inst: Any, attribute: attrs.Attribute[Any], value: str | None) -> None:
+    if value is not None and value not in LOG_LEVELS:
         raise OptionsError(f"log_level must be one of {LOG_LEVELS}, got {value!r}")
 
 
@@ -43,7 +43,8 @@ class SessionOptions:
     """How a :class:`Session` is built.
 
     :ivar providers: provider names in priority order (``None``: best available).
-    :ivar log_level: ``debug``, ``info``, ``warning`` or ``error``.
+    :ivar log_level: ``debug``, ``info``, ``warning`` or ``error``: sets the ``onnx_ep``
+        logger's level; ``None`` (default) leaves the application's logging alone.
     :ivar memory_limit: the memory budget in bytes (``vram_limit`` is an alias);
         ``None`` uses the device's free memory.
     :ivar memory_policy: force ``full_resident`` or ``weight_streaming``
@@ -54,7 +55,7 @@ class SessionOptions:
     """
 
     providers: tuple[str, ...] | None = attrs.field(default=None, converter=_providers)
-    log_level: str = attrs.field(default="warning", validator=_log_level)
+    log_level: str | None = attrs.field(default=None, validator=_log_level)
     memory_limit: int | None = attrs.field(default=None, validator=_positive_or_none)
     memory_policy: str | None = None
     admission: str | None = None

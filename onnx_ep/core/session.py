@@ -112,7 +112,8 @@ class Session:
                  options: SessionOptions | None = None,
                  plugins: Sequence[Any] = ()) -> None:
         self.options = options or SessionOptions()
-        log.setLevel(self.options.log_level.upper())
+        if self.options.log_level is not None:
+            log.setLevel(self.options.log_level.upper())
         self._runtime = runtime_for(plugins)
         self._runtime.check()
         self._providers = resolve_providers(
@@ -133,7 +134,14 @@ class Session:
         self._output_index = {v.name: i for i, v in enumerate(self._graph.outputs)}
         self.stats: dict[str, int] = {"plans": 0, "runs": 0, "plan_cache_hits": 0}
         self._run_ids = itertools.count(1)
-        self._setup_memory()
+        try:
+            self._setup_memory()
+        except BaseException:
+            # a refusal at load (a static plan that cannot fit, streaming on a device) must
+            # not leave device memory or reservations behind
+            if self._device is not None:
+                self._device.close()
+            raise
         log.info("session %s: %d nodes on %s; memory budget %d bytes on %s, policy %s "
                  "(streaming %s), admission %s", self.holder, len(self._graph.nodes),
                  self._program.placement.count_by_provider(), self._authority.budget,
@@ -161,17 +169,19 @@ class Session:
                                 f"session runs on one device (list one device provider in "
                                 f"providers=)")
             (dev,) = devices
-            if self._device is None:
+            created = self._device is None
+            if created:
                 prov = next(reg.providers[p] for p in self._providers
                             if reg.providers[p].device == dev)
-                binding = DeviceBinding(dev, prov, self.options.memory_limit, self.holder)
-                try:
-                    binding.upload_constants(placement.uploads, self._graph)
-                except BaseException:
-                    binding.close()
-                    raise
-                self._device = binding
-            consts = self._device.upload_constants(placement.uploads, self._graph)
+                self._device = DeviceBinding(dev, prov, self.options.memory_limit, self.holder)
+            assert self._device is not None
+            try:
+                consts = self._device.upload_constants(placement.uploads, self._graph)
+            except BaseException:
+                if created:
+                    self._device.close()
+                    self._device = None
+                raise
             prog = build_program(self._graph, placement, streams={dev: self._device.stream},
                                  runtimes={dev: self._device.runtime}, device_constants=consts)
         self._programs[host_only] = prog
@@ -191,7 +201,6 @@ class Session:
         self._held: list[Reservation] = []      # session-lifetime reservations
         self._weights: WeightStore | None = None
         if self.memory_policy.streams and self._device is not None:
-            self._device.close()
             raise PlanError(f"weight_streaming on {self._device.device} is not implemented yet "
                             f"(it needs the CUDA VMM pager); weights need "
                             f"{self._device.weight_bytes} bytes of a {self._authority.budget}-byte "

@@ -138,3 +138,16 @@ def test_nodes_the_device_cannot_size_fall_back_to_the_host_for_that_signature()
     np.testing.assert_array_equal(y, np.array(expected, np.float32))
     # the first Relu still ran on the device; the unsized one ran on the host
     assert plugin.kernels["Relu"].calls == 1
+
+
+def test_a_refusal_at_load_frees_everything_the_device_got():
+    from onnx_ep.errors import AdmissionRefused
+    from tests.helpers.models import mlp_model as static_mlp
+
+    plugin = FakeDevicePlugin()
+    # static input shape: the session plans and admits the arena at load, and cannot fit
+    model = static_mlp(d_in=8, d_hidden=16, d_out=4, batch=2048)
+    with pytest.raises(AdmissionRefused):
+        onnx_ep.Session(model, providers=["fake", "cpu_reference"], plugins=[plugin],
+                        options=SessionOptions(memory_limit=64 * 1024))
+    assert plugin.runtime.allocations > 0 and plugin.runtime.live == 0
