@@ -10,7 +10,7 @@ so ordering and liveness account for them.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 import attrs
@@ -377,16 +377,6 @@ def _sparse_to_array(st: onnx.SparseTensorProto) -> np.ndarray:
     else:
         dense[tuple(indices.T)] = values
     return dense
-
-
-def describe_inputs(values: Iterable[Value]) -> list[dict[str, Any]]:
-    """Plain dicts for messages and the CLI."""
-    return [{"name": v.name, "type": v.type_str,
-             "shape": list(v.spec.shape) if v.spec else None} for v in values]
-
-
-def spec_mapping(graph: Graph) -> Mapping[str, TensorSpec | None]:
-    return {name: v.spec for name, v in graph.values.items()}
 
 
 def light_model_for_inference(model: onnx.ModelProto) -> onnx.ModelProto:
