@@ -278,8 +278,10 @@ def plan_signature(program: Program, signature: tuple[Any, ...],
             continue
         meta = node_meta(st.placed.node, graph, specs)
         infer = getattr(st.placed.kernel, "infer_outputs", None)
-        if infer is not None and any(o is None or not o.is_static for o in meta.outputs):
-            # onnx inference could not size these outputs: the kernel can
+        if (infer is not None and any(o is None or not o.is_static for o in meta.outputs)
+                and all(s is not None and s.is_static
+                        for n, s in zip(meta.input_names, meta.inputs) if n)):
+            # onnx inference could not size these outputs: the kernel can, from sized inputs
             for name, spec in zip(st.placed.node.outputs, infer(meta)):
                 if name and spec is not None and (specs.get(name) is None
                                                   or not specs[name].is_static):

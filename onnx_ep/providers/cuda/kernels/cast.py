@@ -30,7 +30,6 @@ from onnx_ep.providers.cuda.kernels.elementwise import (
     BoundLaunch,
     ALL,
     _numel,
-    _static,
     dtype_names,
     launch_geometry,
     suffix,
@@ -99,8 +98,8 @@ class Cast:
         return target_dtype(meta.attr("to"))
 
     def supports(self, meta: NodeMeta) -> Support:
-        if not meta.inputs or not _static(meta.inputs[0]):
-            return Support.no("needs a static input shape")
+        if not meta.inputs or meta.inputs[0] is None:
+            return Support.no("needs a tensor input of known dtype and rank")
         src = meta.inputs[0].dtype  # type: ignore[union-attr]
         dst = self.target(meta)
         if dst is None:

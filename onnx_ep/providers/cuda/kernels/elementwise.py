@@ -160,6 +160,13 @@ def _static(spec: TensorSpec | None) -> bool:
     return spec is not None and spec.is_static
 
 
+def _known(spec: TensorSpec | None) -> bool:
+    """A tensor of known dtype and rank: the kernels read the sizes from the device tensors at
+    run time, and the planner sizes the outputs per shape signature (or sends the node to
+    the host where it cannot)."""
+    return spec is not None
+
+
 def _numel(shape: Sequence[int]) -> int:
     n = 1
     for d in shape:
@@ -286,8 +293,8 @@ class Unary:
         return f"Unary({self.key})"
 
     def supports(self, meta: NodeMeta) -> Support:
-        if len(meta.inputs) != 1 or not _static(meta.inputs[0]):
-            return Support.no("needs one input of static shape")
+        if len(meta.inputs) != 1 or not _known(meta.inputs[0]):
+            return Support.no("needs one tensor input of known dtype and rank")
         dt = meta.inputs[0].dtype  # type: ignore[union-attr]
         if dt not in self.dtypes:
             why = (" (float64 libm results may differ from numpy's by an ulp)"
@@ -415,8 +422,8 @@ class Binary:
             what = "two inputs (the variadic form falls back)" if self.variadic else "two inputs"
             return Support.no(f"needs {what}, got {len(meta.inputs)}")
         a, b = meta.inputs
-        if not (_static(a) and _static(b)):
-            return Support.no("needs static input shapes")
+        if not (_known(a) and _known(b)):
+            return Support.no("needs tensor inputs of known dtype and rank")
         assert a is not None and b is not None
         if a.dtype != b.dtype:
             return Support.no(f"inputs must share one dtype, got {a.dtype} and {b.dtype}")
@@ -453,7 +460,13 @@ class Binary:
         self.bind(ctx.node).execute_with_workspace(ctx, inputs, outputs, workspace)
 
 
-def _check_broadcast(*shapes: Sequence[int]) -> Support:
+def _check_broadcast(*shapes: Sequence[Any]) -> Support:
+    if not all(isinstance(d, int) for s in shapes for d in s):
+        # symbolic dims: sizes are checked when planned; the collapsed layout of any
+        # broadcast of these ranks fits the kernels' MAX_RANK
+        rank = max((len(s) for s in shapes), default=0)
+        return Support.YES if rank <= MAX_RANK else Support.no(
+            f"rank {rank} with symbolic dims; the kernels take {MAX_RANK} dims")
     try:
         out = broadcast_shape(*shapes)
     except ValueError as exc:
@@ -503,8 +516,8 @@ class Where:
         return f"Where({self.key})"
 
     def supports(self, meta: NodeMeta) -> Support:
-        if len(meta.inputs) != 3 or not all(_static(s) for s in meta.inputs):
-            return Support.no("needs three inputs of static shape")
+        if len(meta.inputs) != 3 or not all(_known(s) for s in meta.inputs):
+            return Support.no("needs three tensor inputs of known dtype and rank")
         c, x, y = meta.inputs
         assert c is not None and x is not None and y is not None
         if c.dtype != BOOL:
@@ -558,8 +571,8 @@ class Clip:
         return f"Clip({self.key})"
 
     def supports(self, meta: NodeMeta) -> Support:
-        if not 1 <= len(meta.inputs) <= 3 or not _static(meta.inputs[0]):
-            return Support.no("needs an input x of static shape and at most two bounds")
+        if not 1 <= len(meta.inputs) <= 3 or not _known(meta.inputs[0]):
+            return Support.no("needs an input x of known dtype and rank and at most two bounds")
         x = meta.inputs[0]
         assert x is not None
         if x.dtype not in self.dtypes:
