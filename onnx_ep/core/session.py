@@ -126,6 +126,7 @@ class Session:
         self._device: DeviceBinding | None = None
         self._programs: dict[frozenset[str], Program] = {}
         self._program: Program = self._build_program()
+        self._last_program: Program | None = None
         self._plans: dict[tuple[Any, ...], ExecutionPlan] = {}
         self._lock = threading.Lock()
         self._run_lock = threading.Lock()
@@ -274,8 +275,10 @@ class Session:
         return self._graph
 
     def placement_summary(self) -> dict[str, int]:
-        """Number of nodes each provider runs."""
-        return self._program.placement.count_by_provider()
+        """Number of nodes each provider runs: as the last run ran them (a node the device
+        could not size at that run's shapes went to the host), else as placed at load."""
+        program = self._last_program if self._last_program is not None else self._program
+        return program.placement.count_by_provider()
 
     # ---------------------------------------------------------------- run
     def run(self, output_names: Sequence[str] | None, feeds: Mapping[str, Any],
@@ -315,6 +318,7 @@ class Session:
             for r in reservations:
                 r.release()
         self.stats["runs"] += 1
+        self._last_program = plan.program
         result = [outs[i] for i in want]
         self._notify("onnx_ep_run_finished", session=self,
                      stats={"seconds": time.perf_counter() - t0, "planned": planned,

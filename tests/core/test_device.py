@@ -138,6 +138,8 @@ def test_nodes_the_device_cannot_size_fall_back_to_the_host_for_that_signature()
     np.testing.assert_array_equal(y, np.array(expected, np.float32))
     # the first Relu still ran on the device; the unsized one ran on the host
     assert plugin.kernels["Relu"].calls == 1
+    # and the summary reports what ran, not what was placed at load
+    assert s.placement_summary() == {"fake": 1, "cpu_reference": 3}
 
 
 def test_a_refusal_at_load_frees_everything_the_device_got():
