@@ -28,6 +28,8 @@ _EXPORTS: dict[str, str] = {
     "SessionOptions": "onnx_ep.core.options",
     "NodeArg": "onnx_ep.core.session",
     "Session": "onnx_ep.core.session",
+    "Tensor": "onnx_ep.core.tensor",
+    "IOBinding": "onnx_ep.core.tensor",
     "hookimpl": "onnx_ep.plugins.hookspecs",
 }
 
@@ -63,6 +65,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
         Provider, Support, TensorSpec, WorkspaceLifetime, WorkspaceRequirement, WorkspaceView)
     from onnx_ep.core.options import RunOptions, SessionOptions
     from onnx_ep.core.session import NodeArg, Session
+    from onnx_ep.core.tensor import IOBinding, Tensor
     from onnx_ep.errors import (
         AdmissionRefused, CapacityUnavailable, FeedError, ModelError, NodeError, NoKernelError,
         OnnxEpError, PluginError, ProviderUnavailable, TierExhausted)

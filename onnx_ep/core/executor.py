@@ -45,7 +45,8 @@ class Executor:
             workspaces: Sequence[WorkspaceView | None] | None = None,
             cancel: Callable[[], bool] | None = None,
             weights: Any = None,
-            prebound: Sequence[tuple[Any, ...]] | None = None) -> list[Any]:
+            prebound: Sequence[tuple[Any, ...]] | None = None,
+            skip: frozenset[int] = frozenset()) -> list[Any]:
         """Execute ``program`` and return its graph outputs in order.
 
         :param inputs: one value per graph input, in order.
@@ -56,6 +57,8 @@ class Executor:
         :param weights: a weight store (weight streaming): initializers are paged
             in before each step that reads them instead of being resident.
         :param prebound: per step, the device tensors its outputs are written into.
+        :param skip: indices of copy steps not to run: their output is their input (the
+            downloads of outputs a caller wants on the device).
         """
         n = program.n_slots
         # two spare slots: n receives outputs the graph does not use (slot -1 of an
@@ -74,7 +77,7 @@ class Executor:
         pb = prebound if prebound is not None else program.no_prebound
         i = 0
         where = [0]                   # the general loop's current step, for error messages
-        fast = cancel is None and weights is None and program.fast is not None
+        fast = cancel is None and weights is None and not skip and program.fast is not None
         try:
             with np.errstate(all="ignore"):   # ONNX defines inf/nan results; no warnings
                 if fast:
@@ -86,7 +89,7 @@ class Executor:
                         for s in frees:
                             env[s] = None
                 else:
-                    self._run_general(program, env, wsl, pb, cancel, weights, where)
+                    self._run_general(program, env, wsl, pb, cancel, weights, where, skip)
         except OnnxEpError:
             raise
         except Exception as exc:
@@ -100,8 +103,8 @@ class Executor:
     def _run_general(self, program: Program, env: list[Any],
                      wsl: Sequence[WorkspaceView | None], pb: Sequence[tuple[Any, ...]],
                      cancel: Callable[[], bool] | None, weights: Any,
-                     where: list[int]) -> None:
-        """The loop for runs that cancel, stream weights or run subgraphs."""
+                     where: list[int], skip: frozenset[int] = frozenset()) -> None:
+        """The loop for runs that cancel, stream weights, run subgraphs or skip copies."""
         steps = program.steps
         trash = program.n_slots
         for i, step in enumerate(steps):
@@ -113,6 +116,11 @@ class Executor:
                 for s, v in zip(step.const_reads, weights.page_in(step.const_reads)):
                     env[s] = v
             args = [env[s] for s in step.in_slots]
+            if i in skip:           # a skipped copy: its output is its input
+                env[step.out_slots[0]] = args[0]
+                for s in step.frees:
+                    env[s] = None
+                continue
             outs = list(pb[i])
             ctx = step.ctx if not step.has_subgraphs else self._scoped_ctx(step, env)
             step.call(ctx, args, outs, wsl[i])

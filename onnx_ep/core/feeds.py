@@ -13,6 +13,7 @@ import numpy as np
 
 from onnx_ep.core.dtypes import np_dtype
 from onnx_ep.core.graph import Value
+from onnx_ep.core.tensor import Tensor
 from onnx_ep.errors import FeedError
 
 _MISSING: Any = object()
@@ -25,6 +26,15 @@ class FeedBinder:
         self.inputs = list(inputs)
         self.index = {v.name: i for i, v in enumerate(self.inputs)}
 
+    def index_of(self, name: str) -> int:
+        """Position of input ``name``; :raises FeedError: an unknown name, listing the known."""
+        idx = self.index.get(name)
+        if idx is None:
+            known_names = ", ".join(self.index) or "none"
+            raise FeedError(f"unknown input {name!r}; the model's inputs are: "
+                            f"{known_names}", input_name=name)
+        return idx
+
     def bind(self, feeds: Mapping[str, Any],
              known: Any = ()) -> tuple[list[Any], tuple[Any, ...]]:
         """``(values in input order, signature)``; validates unless ``signature in known``.
@@ -36,16 +46,17 @@ class FeedBinder:
                             f"{type(feeds).__name__}")
         arrays: list[Any] = [_MISSING] * len(self.inputs)
         for name, value in feeds.items():
-            idx = self.index.get(name)
-            if idx is None:
-                known_names = ", ".join(self.index) or "none"
-                raise FeedError(f"unknown input {name!r}; the model's inputs are: "
-                                f"{known_names}", input_name=name)
-            arrays[idx] = value
+            arrays[self.index_of(name)] = value
         sig: list[Any] = []
         for i, (v, a) in enumerate(zip(self.inputs, arrays)):
             if isinstance(a, np.generic):       # numpy scalars are 0-d tensors
                 a = arrays[i] = np.asarray(a)
+            elif isinstance(a, Tensor):
+                if a.is_host:
+                    a = arrays[i] = a.value
+                else:                           # a device tensor: same signature as its
+                    sig.append((a.dtype, a.shape))  # host twin, so plans are shared
+                    continue
             if a is None and v.kind == "optional":
                 sig.append((None, None))        # an empty optional
                 continue
@@ -66,11 +77,13 @@ class FeedBinder:
         bound: dict[str, tuple[int, str]] = {}
         for v, a in zip(self.inputs, arrays):
             expected = describe(v)
-            if v.kind in ("tensor", "unknown") and not isinstance(a, np.ndarray):
+            if isinstance(a, Tensor):               # a device tensor: check its metadata
+                a = _Meta(a.dtype, a.shape)
+            if v.kind in ("tensor", "unknown") and not isinstance(a, (np.ndarray, _Meta)):
                 raise FeedError(f"input {v.name!r} expects a numpy array ({expected}), got "
                                 f"{type(a).__name__}; wrap it with np.asarray(..., dtype=...)",
                                 input_name=v.name, expected=expected, got=type(a).__name__)
-            if not isinstance(a, np.ndarray) or not v.elem_type:
+            if not isinstance(a, (np.ndarray, _Meta)) or not v.elem_type:
                 continue
             want_dt = np_dtype(v.elem_type)
             if a.dtype != want_dt and not (want_dt == np.dtype(object) and a.dtype.kind in "OUS"):
@@ -99,6 +112,15 @@ class FeedBinder:
                             f"input {prev[1]!r} bound {want!r} = {prev[0]}; inputs sharing a "
                             f"symbolic dim must agree", input_name=v.name, expected=expected,
                             got=f"{a.dtype}{list(a.shape)}")
+
+
+class _Meta:
+    """dtype and shape of a device feed, for validation."""
+
+    def __init__(self, dtype: np.dtype, shape: tuple[int, ...]) -> None:
+        self.dtype = dtype
+        self.shape = shape
+        self.ndim = len(shape)
 
 
 def shape_str(shape: Sequence[Any]) -> str:

@@ -355,6 +355,58 @@ def _always_available() -> Support:
     return Support.YES
 
 
+class StableRegion(Protocol):
+    """A device address range that never moves while physical pages are mapped under it.
+
+    Made by the optional ``DeviceRuntime.stable_region(nbytes, holder)``; the core's
+    weight pager (``onnx_ep.core.pager``, docs/MEMORY.md) drives it. Tensors viewed in it
+    keep their addresses for the region's life, so a captured graph stays valid while
+    pages move. Reserving the range costs no budget; each page backs part of a
+    reservation the core made.
+
+    :ivar ptr: base address. :ivar nbytes: size, a multiple of ``page_bytes``.
+    :ivar page_bytes: the mapping granule (2 MiB on an H200).
+    """
+
+    ptr: int
+    nbytes: int
+    page_bytes: int
+
+    def new_page(self, reservation: Any) -> Any:
+        """Physical memory of ``page_bytes`` backing part of ``reservation`` (not charged again)."""
+        ...
+
+    def map(self, offset: int, page: Any) -> None:
+        """Map ``page`` at ``ptr + offset`` (page-aligned, nothing mapped there)."""
+        ...
+
+    def unmap(self, offset: int) -> Any:
+        """Unmap the page at ``offset`` and return it; its bytes survive for a later map.
+
+        Synchronous for the host but NOT ordered with streams: the caller first makes
+        sure no queued work still reads the page (see :meth:`fence`).
+        """
+        ...
+
+    def write(self, offset: int, data: np.ndarray, stream: Any) -> None:
+        """Copy host ``data`` (uint8, contiguous) to ``ptr + offset``, async on ``stream``."""
+        ...
+
+    def tensor(self, offset: int, spec: TensorSpec) -> Any:
+        """A device tensor of ``spec`` at ``ptr + offset`` (valid while its pages are mapped)."""
+        ...
+
+    def fence(self, stream: Any) -> Any:
+        """Mark the work queued on ``stream`` so far. The result has ``wait()`` (block the
+        host until that work is done), ``done() -> bool`` and ``release()`` (recycle it)."""
+        ...
+
+    def close(self) -> None:
+        """Unmap everything, free every page and the range (idempotent; the caller has
+        waited for the work that reads it)."""
+        ...
+
+
 class DeviceAllocation(Protocol):
     """Physical device memory backing one reservation."""
 
@@ -372,6 +424,9 @@ class DeviceRuntime(Protocol):
 
     :ivar device: the ledger's device name (``"cuda:0"``).
     :ivar granularity: bytes per accounting granule of this device's allocator.
+
+    Optional, for ``weight_streaming`` on the device: ``stable_region(nbytes: int,
+    holder: str) -> StableRegion``. A runtime without it refuses streaming at load.
     """
 
     device: str
@@ -402,6 +457,11 @@ class DeviceRuntime(Protocol):
         ...
 
     def synchronize(self, stream: Any) -> None: ...
+
+    # Optional, for onnx_ep.Tensor and IOBinding (device feeds and outputs):
+    #   copy(src, dst, stream) -> dst        device-to-device copy of equal dtype/shape
+    #   from_dlpack(obj) -> device tensor    zero-copy import of a DLPack producer
+    #   default_stream() -> stream           the stream from_dlpack orders producers before
 
 
 @attrs.frozen

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
+import numpy as np
 import onnx
 
 from onnx_ep.core.graph import Graph, infer
@@ -161,6 +162,36 @@ def build_program(graph: Graph, placement: Placement, *,
                    [(None,) * len(st.out_slots) for st in steps])
 
 
+@attrs.frozen
+class ProgramIO:
+    """Where a program's graph inputs are read and its outputs come from (for device I/O).
+
+    :ivar host_read_inputs: positions of graph inputs some host step (or the output list)
+        reads directly: a device feed for them must be copied to the host first.
+    :ivar downloads: output position -> index of the step that copies it to the host.
+    """
+
+    host_read_inputs: frozenset[int]
+    downloads: dict[int, int]
+
+
+def program_io(program: Program) -> ProgramIO:
+    """The :class:`ProgramIO` of ``program``."""
+    pos_of = {s: i for i, s in enumerate(program.input_slots)}
+    host_read: set[int] = set()
+    for st in program.steps:
+        # a copy that reads an input is its upload (device-to-device for a device feed)
+        if st.placed is not None and st.placed.device == "cpu":
+            host_read.update(pos_of[s] for s in st.in_slots if s in pos_of)
+    host_read.update(pos_of[s] for s in program.output_slots if s in pos_of)
+    downloads: dict[int, int] = {}
+    for pos, out in enumerate(program.output_slots):
+        for i, st in enumerate(program.steps):
+            if st.copy is not None and st.copy.to_host and st.out_slots == (out,):
+                downloads[pos] = i
+    return ProgramIO(frozenset(host_read), downloads)
+
+
 class CopyCall:
     """A copy step behind the kernel calling convention ``call(ctx, inputs, outputs, ws)``.
 
@@ -182,7 +213,11 @@ class CopyCall:
             if outputs[0] is None:
                 raise KernelContractError(f"{ctx.node.name}: no planned device buffer for the "
                                           f"upload (its shape was not known at plan time)")
-            outputs[0] = self.runtime.upload(inputs[0], outputs[0], ctx.stream)
+            src = inputs[0]
+            if isinstance(src, np.ndarray):
+                outputs[0] = self.runtime.upload(src, outputs[0], ctx.stream)
+            else:                   # a feed already on this device: device-to-device
+                outputs[0] = self.runtime.copy(src, outputs[0], ctx.stream)
 
 
 def _copy_meta(c: CopyStep) -> NodeMeta:

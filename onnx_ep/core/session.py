@@ -25,6 +25,8 @@ from onnx_ep.core.admission import AdmissionRequest, describe, reserve_for_run
 from onnx_ep.core.device import DeviceBinding
 from onnx_ep.core.executor import Executor
 from onnx_ep.core.feeds import FeedBinder
+from onnx_ep.core.tensor import HOST, IOBinding, Tensor, device_type
+from onnx_ep.core.tensor import _io_stream as _tensor_io_stream
 from onnx_ep.core.graph import (
     Graph,
     Value,
@@ -42,6 +44,7 @@ from onnx_ep.core.planner import (
     build_program,
     infer_specs,
     plan_signature,
+    program_io,
     unsized_device_steps,
 )
 from onnx_ep.errors import FeedError, OnnxEpWarning, PlanError, ProviderUnavailable
@@ -127,6 +130,7 @@ class Session:
         self._programs: dict[frozenset[str], Program] = {}
         self._program: Program = self._build_program()
         self._last_program: Program | None = None
+        self._io: dict[int, Any] = {}
         self._plans: dict[tuple[Any, ...], ExecutionPlan] = {}
         self._lock = threading.Lock()
         self._run_lock = threading.Lock()
@@ -185,6 +189,7 @@ class Session:
                 raise
             prog = build_program(self._graph, placement, streams={dev: self._device.stream},
                                  runtimes={dev: self._device.runtime}, device_constants=consts)
+            self._device.adopt(prog)     # placed weights, once the memory policy placed them
         self._programs[host_only] = prog
         return prog
 
@@ -200,13 +205,21 @@ class Session:
             model_bytes=self._graph.weight_bytes, planned_peak=self._static_peak(),
             budget=self._authority.budget, options=self.options)
         self._held: list[Reservation] = []      # session-lifetime reservations
-        self._weights: WeightStore | None = None
-        if self.memory_policy.streams and self._device is not None:
-            raise PlanError(f"weight_streaming on {self._device.device} is not implemented yet "
-                            f"(it needs the CUDA VMM pager); weights need "
-                            f"{self._device.weight_bytes} bytes of a {self._authority.budget}-byte "
-                            f"budget. Raise memory_limit or run on cpu_reference")
-        if self.memory_policy.streams:
+        #: the executor's weight source when streaming: a host WeightStore or a DevicePager
+        self._weights: Any = None
+        if self._device is not None:
+            # the policy, chosen after the static plan took its arena, places the device's
+            # weights: uploaded whole, or paged through a stable region (docs/MEMORY.md)
+            self._device.place_weights(self._program, streaming=bool(self.memory_policy.streams),
+                                       window_bytes=getattr(self.memory_policy, "window_bytes",
+                                                            None))
+            for prog in self._programs.values():
+                self._device.adopt(prog)
+            pager = self._device.pager
+            if pager is not None:
+                pager.bind(self._program.slot_of, self._program.constants)
+                self._weights = self.memory_policy.store = pager
+        elif self.memory_policy.streams:
             host = {slot: arr for slot, arr in self._program.constants}
             needs = [sum(host[c].nbytes for c in st.const_reads)
                      for st in self._program.steps]
@@ -214,8 +227,8 @@ class Session:
                                         self._authority, self.holder)
             self.memory_policy.store = self._weights
             self._held.append(self._weights.reservation)
-        elif self._graph.weight_bytes and self._device is None:
-            # on a device the binding reserved the uploaded weights already
+        elif self._graph.weight_bytes:
+            # on a device the binding reserved the weights (uploads or the pager's window)
             self._held.append(self._authority.reserve(self._graph.weight_bytes, Role.WEIGHTS,
                                                       self.holder))
         self._persistent: Reservation | None = None
@@ -285,10 +298,59 @@ class Session:
             run_options: RunOptions | None = None) -> list[Any]:
         """Run the model and return the requested outputs (all when ``output_names`` is None).
 
+        Feeds are numpy arrays or :class:`onnx_ep.Tensor` (a Tensor on the session's
+        device is copied device-to-device into the plan's buffer); outputs are numpy
+        arrays. See :meth:`run_with_iobinding` for outputs that stay on the device.
+
         :raises FeedError: a missing/extra feed, wrong dtype or wrong shape,
             naming the input, what was expected and what was given.
         :raises RunCancelled: ``run_options.terminate`` was set.
         """
+        want = self._output_positions(output_names)
+        outs = self._run(feeds, run_options, {})
+        return [outs[i] for i in want]
+
+    def io_binding(self) -> IOBinding:
+        """A new :class:`onnx_ep.IOBinding` for :meth:`run_with_iobinding`."""
+        return IOBinding(self)
+
+    def run_with_iobinding(self, binding: IOBinding,
+                           run_options: RunOptions | None = None) -> None:
+        """Run with ``binding``'s inputs; its outputs are then in ``binding.get_outputs()``.
+
+        An output bound to the session's device (``"cuda"``) or to a device Tensor is
+        copied device-to-device out of the plan's buffers, never through the host; the
+        session's stream is synchronized before this returns, so the outputs can be read
+        from any stream or library (torch through DLPack).
+
+        :raises FeedError: as :meth:`run`; also a preallocated output Tensor whose dtype,
+            shape or device does not match the output.
+        """
+        requests = binding.output_requests()
+        keep = {self._output_index[name]: target for name, target in requests
+                if not (target == HOST or (isinstance(target, Tensor) and target.is_host))}
+        wanted = {self._output_index[name] for name, _ in requests}
+        outs = self._run(binding._inputs, run_options, keep, wanted)
+        results: list[Tensor] = []
+        for name, target in requests:
+            v = outs[self._output_index[name]]
+            if isinstance(v, Tensor):                 # copied out on the device already
+                results.append(v)
+            elif isinstance(target, Tensor):
+                results.append(_into(target, v, name))
+            elif target == HOST:
+                results.append(Tensor(v) if isinstance(v, np.ndarray) else v)
+            else:                                     # produced on the host, wanted on a device
+                rt = (self._device.runtime if self._device is not None
+                      and device_type(target) == self._device.device else None)
+                results.append(Tensor.from_numpy(v, rt.device if rt else target, runtime=rt))
+        binding._results = results
+
+    def _run(self, feeds: Mapping[str, Any], run_options: RunOptions | None,
+             keep: dict[int, Any], wanted: set[int] | None = None) -> list[Any]:
+        """One run; outputs at positions in ``keep`` that a device produced come back as
+        device Tensors (new, or the preallocated Tensor given in ``keep``); outputs not in
+        ``wanted`` (None: all) are not downloaded."""
         if not self._finalizer.alive:
             raise PlanError(f"{self.holder} is closed: its memory was released; create a new "
                             f"Session to run the model again")
@@ -298,10 +360,12 @@ class Session:
         planned = plan is None
         if plan is None:
             plan = self._plan(signature, [TensorSpec(a.dtype, a.shape) if isinstance(
-                a, np.ndarray) else None for a in arrays])
+                a, (np.ndarray, Tensor)) else None for a in arrays])
         else:
             self.stats["plan_cache_hits"] += 1
-        want = self._output_positions(output_names)
+        skip: frozenset[int] = frozenset()
+        if keep or wanted is not None or any(isinstance(a, Tensor) for a in arrays):
+            arrays, skip = self._device_io(plan.program, arrays, keep, wanted)
         holder = f"{self.holder}/run-{next(self._run_ids)}"
         reservations = self._admit(plan, holder)
         cancel = (lambda: run_options.terminate) if run_options is not None else None
@@ -313,17 +377,67 @@ class Session:
             with serial:
                 outs = self._executor.run(plan.program, arrays, workspaces=workspaces,
                                           cancel=cancel, weights=self._weights,
-                                          prebound=plan.prebound)
+                                          prebound=plan.prebound, skip=skip)
+                if keep and skip:
+                    # the arena is reused by the next run: copy device outputs out now
+                    outs = self._copy_out(plan.program, outs, keep)
         finally:
             for r in reservations:
                 r.release()
         self.stats["runs"] += 1
         self._last_program = plan.program
-        result = [outs[i] for i in want]
         self._notify("onnx_ep_run_finished", session=self,
                      stats={"seconds": time.perf_counter() - t0, "planned": planned,
                             "signature": signature})
-        return result
+        return outs
+
+    def _device_io(self, program: Program, arrays: list[Any], keep: dict[int, Any],
+                   wanted: set[int] | None) -> tuple[list[Any], frozenset[int]]:
+        """Device feeds as the executor takes them; the downloads to skip (outputs kept on
+        the device or not wanted)."""
+        io = self._io.get(id(program))
+        if io is None:
+            io = self._io[id(program)] = program_io(program)
+        dev = self._device.device if self._device is not None else None
+        out = list(arrays)
+        for i, a in enumerate(arrays):
+            if not isinstance(a, Tensor):
+                continue
+            if a.device_type == dev and i not in io.host_read_inputs:
+                out[i] = a.value              # the copy step copies it device-to-device
+            else:
+                out[i] = a.numpy()            # read on the host (or another device)
+        skip = frozenset(step for p, step in io.downloads.items()
+                         if p in keep or (wanted is not None and p not in wanted))
+        return out, skip
+
+    def _copy_out(self, program: Program, outs: list[Any], keep: dict[int, Any]) -> list[Any]:
+        """Copy device outputs wanted on the device into their own Tensors, then wait."""
+        assert self._device is not None
+        io = self._io[id(program)]
+        rt, stream = self._device.runtime, self._device.stream
+        outs = list(outs)
+        for pos, target in keep.items():
+            if pos not in io.downloads:
+                continue                      # produced on the host: handled by the caller
+            src = outs[pos]
+            name = self._graph.outputs[pos].name
+            dev = self._device.device
+            if isinstance(target, Tensor):
+                if target.device_type != dev:
+                    raise FeedError(f"output {name!r} is bound to a tensor on {target.device} "
+                                    f"but is produced on {dev}")
+                _check_like(target, src, name)
+                dst = target
+            else:
+                if device_type(target) != dev:
+                    raise FeedError(f"output {name!r} is wanted on {target!r} but is "
+                                    f"produced on {dev}; bind it to 'cpu' or {dev!r}")
+                dst = Tensor.empty(src.shape, src.dtype, rt.device, runtime=rt)
+            rt.copy(src, dst.value, stream)
+            outs[pos] = dst
+        rt.synchronize(stream)
+        return outs
 
     # ---------------------------------------------------------------- internals
     def _plan(self, signature: tuple[Any, ...],
@@ -437,6 +551,26 @@ class Session:
                 import warnings
                 warnings.warn(f"plugin {impl.plugin_name!r}: {hook} observer raised "
                               f"{type(exc).__name__}: {exc}", OnnxEpWarning, stacklevel=3)
+
+
+def _check_like(target: Tensor, value: Any, name: str) -> None:
+    if target.dtype != np.dtype(value.dtype) or target.shape != tuple(value.shape):
+        raise FeedError(f"output {name!r} is bound to a tensor of {target.dtype}"
+                        f"{list(target.shape)} but the run produces {np.dtype(value.dtype)}"
+                        f"{list(value.shape)}")
+
+
+def _into(target: Tensor, value: Any, name: str) -> Tensor:
+    """Write a host ``value`` into the preallocated ``target``."""
+    _check_like(target, value, name)
+    if target.is_host:
+        np.copyto(target.value, value)
+    else:
+        rt = target._runtime
+        stream = _tensor_io_stream(rt)
+        rt.upload(np.asarray(value), target.value, stream)
+        rt.synchronize(stream)
+    return target
 
 
 def _release_all(reservations: list[Reservation], device: DeviceBinding | None) -> None:

@@ -59,6 +59,7 @@ class FakeRuntime:
         self.live = 0
         self.uploads = 0
         self.downloads = 0
+        self.copies = 0
 
     def budget(self) -> int:
         return self._budget
@@ -90,6 +91,13 @@ class FakeRuntime:
 
     def synchronize(self, stream: Any) -> None:
         pass
+
+    def copy(self, src: FakeTensor, dst: FakeTensor, stream: Any) -> FakeTensor:
+        assert isinstance(src, FakeTensor) and isinstance(dst, FakeTensor)
+        assert src.shape == dst.shape and src.dtype == dst.dtype
+        np.copyto(dst.array, src.array)
+        self.copies += 1
+        return dst
 
 
 class FakeKernel:

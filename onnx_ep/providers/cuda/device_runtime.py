@@ -77,6 +77,21 @@ class CudaRuntime:
     def synchronize(self, stream: runtime.Stream) -> None:
         stream.synchronize()
 
+    def copy(self, src: DeviceTensor, dst: DeviceTensor, stream: runtime.Stream) -> DeviceTensor:
+        """Device-to-device copy of ``src`` into ``dst`` (same dtype and shape), async."""
+        if src.dtype != dst.dtype or src.shape != dst.shape:
+            raise ValueError(f"copy of {src.dtype}{list(src.shape)} into a device tensor of "
+                             f"{dst.dtype}{list(dst.shape)}")
+        runtime.copy_dtod(dst.ptr, src.ptr, src.nbytes, stream)
+        return dst
+
+    def from_dlpack(self, obj: object) -> DeviceTensor:
+        """Zero-copy import of a CUDA DLPack producer, ordered before :meth:`default_stream`."""
+        return DeviceTensor.from_dlpack(obj, self.default_stream())
+
+    def default_stream(self) -> runtime.Stream:
+        return self.cuda_device.default_stream
+
     def reclaim(self) -> int:
         """Free the allocator's pooled blocks; bytes returned. Call on a refusal, then retry."""
         return self.allocator.trim()
