@@ -13,8 +13,11 @@
    float16/bfloat16 reduced-precision reductions stay at torch's defaults.
 5. Per-node eager overhead of ``Session.run``: a chain of --nodes (1000) Add nodes on
    float32 [1], minus a 1-node model, divided by the extra nodes; cuda (target <= 8 µs)
-   and cpu_reference, plus one kernel's ``step.call`` alone and a raw cuLaunchKernel of
-   the same kernel with prebuilt arguments, to show where the microseconds go.
+   and cpu_reference, plus one kernel's ``step.call`` alone (on each launch path) and a
+   raw cuLaunchKernel of the same kernel made three ways side by side: (values, ctypes)
+   tuples through cuda-bindings, a prebuilt ``void*[]`` through cuda-bindings, and the
+   same array through ctypes into libcuda, with each one's speed-up over the tuple path
+   (the measurement behind runtime.py's default launch path).
 6. Kernel-cache start: in a subprocess with ONNX_EP_CACHE_DIR an empty directory, the
    demo transformer's Session + first run (compiling every source it uses) and then the
    rest of the kernel sources; the same again in a new subprocess on the warm cache.
@@ -579,7 +582,10 @@ def bench_overhead(b: Bench) -> list[Row]:
 
 
 def bench_launch(b: Bench) -> list[Row]:
-    """One Add [1] kernel: ``step.call`` alone, and a raw cuLaunchKernel with prebuilt args."""
+    """One Add [1] kernel: ``step.call`` alone on each launch path, and the same launch made
+    three ways with everything prebuilt: (values, ctypes) tuples through cuda-bindings (the
+    bindings pack them per call), a packed ``void*[]`` through cuda-bindings, and the same
+    array through ctypes straight into libcuda (runtime.py's docstring explains the paths)."""
     from onnx_ep.providers.cuda import nvrtc
     from onnx_ep.providers.cuda.kernels.elementwise import SOURCE, launch_geometry
 
@@ -588,21 +594,35 @@ def bench_launch(b: Bench) -> list[Row]:
     step = KernelStep(one_node_model("Add", [("a", F32, [1]), ("b", F32, [1])], (F32, [1])),
                       {"a": x, "b": x})
     rows: list[Row] = []
+    default = rt.launch_path()
+    have_ctypes = rt._ctypes_cuLaunchKernel() is not None
+    paths = [default] + [p for p in rt.LAUNCH_PATHS if p != default
+                         and (p != "ctypes" or have_ctypes)]
     try:
         stream = step.stream
+        bound = step.kernel
 
         def kernel_calls() -> None:
             for _ in range(calls):
                 step()
             stream.synchronize()
 
-        best, med = measure(kernel_calls, b.args.repeat, b.args.min_time)
-        rows.append(Row(5, "step.call alone, cuda Add [1] (no executor)", best * 1e3,
-                        best / calls * 1e6, "µs/call", "", None, "", "", None,
-                        f"time = {calls} calls + 1 sync (host); median "
-                        f"{med / calls * 1e6:.2f} µs/call"))
+        original = rt.launch_path
+        try:
+            for path in paths:       # the kernel's prebuilt launch made on each path
+                rt.launch_path = lambda path=path: path      # type: ignore[assignment]
+                bound._launches.clear()
+                kernel_calls()
+                best, med = measure(kernel_calls, b.args.repeat, b.args.min_time)
+                rows.append(Row(5, f"step.call alone, cuda Add [1] (no executor), {path}"
+                                   f"{' (default)' if path == default else ''}", best * 1e3,
+                                best / calls * 1e6, "µs/call", "", None, "", "", None,
+                                f"time = {calls} calls + 1 sync (host); median "
+                                f"{med / calls * 1e6:.2f} µs/call"))
+        finally:
+            rt.launch_path = original                        # type: ignore[assignment]
+            bound._launches.clear()
         # the same launch the kernel makes, minus everything Python does around it
-        bound = step.kernel
         y = step.outputs[0]
         shapes = tuple(tuple(x.shape) for x in step.inputs)
         args = [*((int(x.ptr), ctypes.c_void_p) for x in step.inputs),
@@ -611,18 +631,34 @@ def bench_launch(b: Bench) -> list[Row]:
         packed = rt.pack_args(args)
         fn = nvrtc.get_function(SOURCE, bound.symbol, b.device)
         grid, block = launch_geometry(y.size)
+        ways: list[tuple[str, Callable[[], None]]] = [
+            ("tuple args via cuda-bindings",
+             lambda: rt.launch_packed(fn, grid, block, packed, stream))]
+        for path in paths:
+            ways.append((f"void*[] via {path}", rt.prepare(fn, grid, block, args, stream,
+                                                             path=path)))
+        times: dict[str, tuple[float, float]] = {}
+        for name, launch_once in ways:
+            def raw(launch_once: Callable[[], None] = launch_once) -> None:
+                for _ in range(calls):
+                    launch_once()
+                stream.synchronize()
 
-        def raw() -> None:
-            for _ in range(calls):
-                rt.launch_packed(fn, grid, block, packed, stream)
-            stream.synchronize()
-
-        raw()
-        best, med = measure(raw, b.args.repeat, b.args.min_time)
-        rows.append(Row(5, "raw cuLaunchKernel, prebuilt args, same kernel", best * 1e3,
-                        best / calls * 1e6, "µs/launch", "DESIGN.md 4-6 µs", None, "", "",
-                        None, f"time = {calls} launches + 1 sync (host); median "
-                        f"{med / calls * 1e6:.2f} µs/launch"))
+            raw()
+            times[name] = measure(raw, b.args.repeat, b.args.min_time)
+        base = times[ways[0][0]][0]
+        for name, _ in ways:
+            best, med = times[name]
+            rows.append(Row(5, f"raw cuLaunchKernel, prebuilt {name}", best * 1e3,
+                            best / calls * 1e6, "µs/launch",
+                            "tuple path" if name != ways[0][0] else "DESIGN.md 4-6 µs",
+                            base / best if name != ways[0][0] else None,
+                            "x" if name != ways[0][0] else "", "", None,
+                            f"time = {calls} launches + 1 sync (host); median "
+                            f"{med / calls * 1e6:.2f} µs/launch; x = tuple path's time / this"))
+        verdict = min(times, key=lambda k: times[k][0])
+        progress(f"[5]   cheapest launch: {verdict}; runtime default: {default} "
+                 f"(ONNX_EP_LAUNCH={os.environ.get('ONNX_EP_LAUNCH', '')!r})")
     finally:
         step.close()
     return rows

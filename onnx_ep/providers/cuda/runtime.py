@@ -6,6 +6,32 @@ same cost, so the thinner layer wins on simplicity. Every driver result goes
 through :func:`check`, which raises :exc:`onnx_ep.errors.CudaError` carrying
 the driver's error name (``CUDA_ERROR_...``).
 
+Launch paths (issue 5 point 11: "raw driver calls where they are measurably
+cheaper: measure both"). :func:`launch` hands ``(values, ctypes)`` tuples to
+cuda-bindings' ``cuLaunchKernel``, which packs them in C on every call: right
+for one-off launches. Hot kernels instead build a :class:`Launch` once per
+distinct (pointers, shapes) with :func:`prepare`: the ``void*[]`` parameter
+array is packed once (:class:`Params`) and every later launch is one driver
+call, made one of two ways:
+
+- ``ctypes``: ``cuLaunchKernel`` of ``libcuda.so.1`` (the driver cuda-bindings
+  loaded) called through ctypes with every argument a prebuilt ctypes value.
+  It skips what the bindings' wrapper does per call (an isinstance ladder per
+  handle, a ``_HelperKernelParams`` object, a ``CUresult`` enum for the result).
+- ``bindings``: cuda-bindings' ``cuLaunchKernel`` with the ``CUfunction`` and
+  ``CUstream`` objects (its cheapest accepted forms: the isinstance fast path)
+  and ``kernelParams`` as the int address of the prebuilt array (read as a
+  ``void**``, no packing).
+
+Both end in the same driver entry point and are capture-safe. The default is
+``ctypes`` when libcuda loads through ctypes, else ``bindings``; the
+environment variable ``ONNX_EP_LAUNCH=bindings|ctypes`` overrides it (read at
+import). ``benchmarks/cuda_kernels.py --sections 5`` times the tuple path and
+both prebuilt paths side by side on the GPU and prints their ratios, which is
+the measurement behind the default. The path is chosen from a static order,
+not timed at import: a timing needs a kernel or an invalid launch, and either
+may disturb a capture another library runs in the process.
+
 Capture rules (docs/CAPTURE.md): streams are created NON_BLOCKING so the
 legacy default stream never joins a capture; :meth:`Stream.synchronize` and
 :meth:`Device.synchronize` refuse to run while a stream captures (a
@@ -21,6 +47,8 @@ from __future__ import annotations
 import ctypes
 import functools
 import importlib
+import os
+import sys
 import threading
 import weakref
 from collections.abc import Sequence
@@ -426,6 +454,248 @@ def launch_packed(fn: Function, grid: tuple[int, int, int], block: tuple[int, in
 @functools.cache
 def _cuLaunchKernel() -> Any:  # noqa: N802 - the driver's name
     return driver().cuLaunchKernel
+
+
+# ---------------------------------------------------------------- prebuilt launches
+
+#: the launch paths ``ONNX_EP_LAUNCH`` may name, in the order the default prefers them
+LAUNCH_PATHS = ("ctypes", "bindings")
+_LAUNCH_ENV = os.environ.get("ONNX_EP_LAUNCH", "").strip().lower()
+
+
+class Params:
+    """A packed ``void*[]`` of kernel parameters: what cuLaunchKernel's ``kernelParams`` reads.
+
+    Each ``(value, ctype)`` becomes a ctypes value owned by this object, and slot ``i`` of
+    the array points at value ``i``; a struct passed by value (ctype ``None``, as
+    :func:`launch` takes it) is copied, so the caller may change or drop its struct.
+    ``address`` (0 for no parameters) stays valid while this object lives.
+
+    :param args: ``(value, ctypes type)`` pairs, pointers as ``(int, ctypes.c_void_p)``.
+    :raises TypeError: a ``None`` ctype whose value is not a ``ctypes.Structure``.
+    """
+
+    __slots__ = ("address", "_array", "_values")
+
+    def __init__(self, args: Sequence[tuple[Any, Any]]) -> None:
+        values: list[Any] = []
+        for value, ctype in args:
+            if ctype is None:
+                if not isinstance(value, ctypes.Structure):
+                    raise TypeError(f"a by-value kernel argument (ctype None) must be a "
+                                    f"ctypes.Structure, got {type(value).__name__}")
+                values.append(type(value).from_buffer_copy(value))
+                continue
+            if isinstance(value, ctypes._SimpleCData):
+                value = value.value
+            if ctype is ctypes.c_void_p:
+                value = int(value) if value is not None else None
+            values.append(ctype(value))
+        self._values = tuple(values)
+        self._array = (ctypes.c_void_p * max(1, len(values)))(
+            *[ctypes.addressof(v) for v in values])
+        self.address = ctypes.addressof(self._array) if values else 0
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+
+class Launch:
+    """One kernel launch with every argument prebuilt; calling it enqueues the kernel.
+
+    Made by :func:`prepare`. It holds its :class:`Params`, function and stream alive, so
+    the memory the driver reads stays valid. Asynchronous and capture-safe, like
+    :func:`launch`; the call costs one driver call (see the module docstring).
+
+    :raises CudaError: (from the call) the driver rejected the launch.
+    """
+
+    __slots__ = ("fn", "grid", "block", "shared_bytes", "stream", "params", "path",
+                 "_call", "_args")
+
+    def __init__(self, fn: Function, grid: tuple[int, int, int], block: tuple[int, int, int],
+                 params: Params, stream: Stream, shared_bytes: int, path: str,
+                 call: Any, args: tuple[Any, ...]) -> None:
+        self.fn, self.grid, self.block, self.params = fn, tuple(grid), tuple(block), params
+        self.stream, self.shared_bytes, self.path = stream, shared_bytes, path
+        self._call, self._args = call, args
+
+    def __repr__(self) -> str:
+        return (f"<Launch {self.fn.name} grid={self.grid} block={self.block} "
+                f"{len(self.params)} params via {self.path}>")
+
+    def __call__(self) -> None:
+        raise NotImplementedError
+
+    def error(self, err: Any) -> CudaError:
+        """The :exc:`CudaError` for a failed launch (``err`` a CUresult or its int code)."""
+        return cuda_error(as_result(err), f"cuLaunchKernel({self.fn.name}, grid={self.grid}, "
+                                          f"block={self.block}, via {self.path})")
+
+
+class _CtypesLaunch(Launch):
+    __slots__ = ()
+
+    def __call__(self) -> None:
+        err = self._call(*self._args)
+        if err:
+            raise self.error(err)
+
+
+class _BindingsLaunch(Launch):
+    __slots__ = ()
+
+    def __call__(self) -> None:
+        err = self._call(*self._args)[0]
+        if err:
+            raise self.error(err)
+
+
+def as_result(code: Any) -> Any:
+    """A ``CUresult`` for an int driver code (unknown codes stay ints)."""
+    if type(code) is not int:
+        return code            # already a CUresult (an int enum)
+    try:
+        return driver().CUresult(code)
+    except (ValueError, ImportError):
+        return code
+
+
+@functools.cache
+def _ctypes_cuLaunchKernel() -> Any:  # noqa: N802 - the driver's name
+    """``cuLaunchKernel`` of the driver library through ctypes, or None when it cannot load.
+
+    The library cuda-bindings loaded is found by its soname (``RTLD_NOLOAD`` first, so an
+    already loaded driver is the one used); argument and result types are set once.
+    """
+    names = ("nvcuda.dll",) if sys.platform == "win32" else ("libcuda.so.1", "libcuda.so")
+    lib = None
+    for name in names:
+        for mode in ((getattr(os, "RTLD_NOLOAD", 0) | ctypes.RTLD_GLOBAL), ctypes.DEFAULT_MODE):
+            try:
+                lib = ctypes.CDLL(name, mode=mode)
+                break
+            except OSError:
+                continue
+        if lib is not None:
+            break
+    if lib is None:
+        return None
+    try:
+        fn = lib.cuLaunchKernel
+    except AttributeError:
+        return None
+    u = ctypes.c_uint
+    fn.argtypes = [ctypes.c_void_p, u, u, u, u, u, u, u, ctypes.c_void_p, ctypes.c_void_p,
+                   ctypes.c_void_p]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+@functools.cache
+def launch_path() -> str:
+    """The prebuilt-launch path in use: ``"ctypes"`` or ``"bindings"`` (decided once).
+
+    ``ONNX_EP_LAUNCH`` names one; otherwise (or when ``ctypes`` cannot load the driver
+    library) the first of :data:`LAUNCH_PATHS` that works.
+    """
+    import warnings
+
+    from onnx_ep.errors import OnnxEpWarning
+
+    want = _LAUNCH_ENV
+    if want and want not in LAUNCH_PATHS:
+        warnings.warn(f"ONNX_EP_LAUNCH={want!r} is not one of {', '.join(LAUNCH_PATHS)}; "
+                      f"using the default", OnnxEpWarning, stacklevel=2)
+        want = ""
+    if want == "bindings":
+        return "bindings"
+    if _ctypes_cuLaunchKernel() is not None:
+        return "ctypes"
+    if want == "ctypes":
+        warnings.warn("ONNX_EP_LAUNCH=ctypes but the CUDA driver library could not be loaded "
+                      "through ctypes; launching through cuda-bindings", OnnxEpWarning,
+                      stacklevel=2)
+    return "bindings"
+
+
+def prepare(fn: Function, grid: tuple[int, int, int], block: tuple[int, int, int],
+            args: Sequence[tuple[Any, Any]] | Params, stream: Stream, shared_bytes: int = 0,
+            *, path: str | None = None) -> Launch:
+    """Build a :class:`Launch`: pack ``args`` once; each call of the result launches.
+
+    :param args: as :func:`launch` takes them, or a :class:`Params` already packed.
+    :param path: ``"ctypes"`` or ``"bindings"`` (default :func:`launch_path`); ``"ctypes"``
+        falls back to ``"bindings"`` when the driver library does not load through ctypes.
+    """
+    params = args if isinstance(args, Params) else Params(args)
+    path = path or launch_path()
+    if path not in LAUNCH_PATHS:
+        raise ValueError(f"launch path {path!r} is not one of {', '.join(LAUNCH_PATHS)}")
+    gx, gy, gz = (int(v) for v in grid)
+    bx, by, bz = (int(v) for v in block)
+    cfn = _ctypes_cuLaunchKernel() if path == "ctypes" else None
+    if cfn is not None:
+        u = ctypes.c_uint
+        cargs = (ctypes.c_void_p(int(fn.handle)), u(gx), u(gy), u(gz), u(bx), u(by), u(bz),
+                 u(int(shared_bytes)), ctypes.c_void_p(int(stream.handle) or None),
+                 ctypes.c_void_p(params.address or None), None)
+        return _CtypesLaunch(fn, grid, block, params, stream, shared_bytes, "ctypes", cfn,
+                             cargs)
+    bargs = (fn.handle, gx, gy, gz, bx, by, bz, int(shared_bytes), stream.handle,
+             params.address, 0)
+    return _BindingsLaunch(fn, grid, block, params, stream, shared_bytes, "bindings",
+                           _cuLaunchKernel(), bargs)
+
+
+#: prebuilt launches a kernel keeps per bound node (one per plan it runs in; cleared when full)
+LAUNCHES_PER_NODE = 8
+
+
+def no_launch() -> None:
+    """The prebuilt launch of a kernel with nothing to do (an empty output)."""
+
+
+#: most prebuilt launches :func:`launch_cached` keeps (cleared when full)
+CACHED_LAUNCHES = 2048
+_cached: dict[tuple[Any, ...], Launch] = {}
+_seen: dict[tuple[Any, ...], None] = {}
+
+
+def remember(cache: dict[Any, Any], key: Any, value: Any, cap: int) -> Any:
+    """``cache[key] = value``, first emptying ``cache`` when it holds ``cap`` entries.
+
+    Dynamic shapes keep making new keys; clearing beats an LRU's bookkeeping on the hot path.
+    """
+    if len(cache) >= cap:
+        cache.clear()
+    cache[key] = value
+    return value
+
+
+def launch_cached(fn: Function, grid: tuple[int, int, int], block: tuple[int, int, int],
+                  args: Sequence[tuple[Any, Any]], stream: Stream, shared_bytes: int = 0) -> None:
+    """:func:`launch`, reusing a :class:`Launch` for arguments seen before.
+
+    Keyed by the function, stream, geometry and every argument value (a struct by its
+    bytes). The first sighting of a key launches through :func:`launch` and only a
+    repeat builds the record, so shapes that change every call cost no packing.
+    """
+    try:
+        key = (fn, stream, grid, block, shared_bytes,
+               *[v if t is not None else bytes(v) for v, t in args])
+        rec = _cached.get(key)
+    except TypeError:         # an unhashable value (a ctypes scalar): no cache
+        launch(fn, grid, block, args, stream, shared_bytes)
+        return
+    if rec is None:
+        if key not in _seen:
+            remember(_seen, key, None, CACHED_LAUNCHES)
+            launch(fn, grid, block, args, stream, shared_bytes)
+            return
+        rec = remember(_cached, key, prepare(fn, grid, block, args, stream, shared_bytes),
+                       CACHED_LAUNCHES)
+    rec()
 
 
 def grid_1d(n: int, block: int = 256, max_blocks: int | None = None) -> tuple[int, int, int]:

@@ -199,10 +199,11 @@ class CudaKernel:
 
 def launch(fn: Any, grid: tuple[int, int, int], block: tuple[int, int, int],
            args: Sequence[tuple[Any, Any]], stream: Any, shared_bytes: int = 0) -> None:
-    """:func:`runtime.launch`, imported lazily (``import onnx_ep`` must not need cuda)."""
+    """:func:`runtime.launch_cached` (arguments seen before reuse a prebuilt launch),
+    imported lazily (``import onnx_ep`` must not need cuda)."""
     from onnx_ep.providers.cuda import runtime
 
-    runtime.launch(fn, grid, block, args, stream, shared_bytes)
+    runtime.launch_cached(fn, grid, block, args, stream, shared_bytes)
 
 
 PTR = ctypes.c_void_p

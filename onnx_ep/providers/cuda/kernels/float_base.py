@@ -137,9 +137,12 @@ def function(source: str, op: str, dtype: Any, ordinal: int) -> Any:
 
 def launch(fn: Any, n: int, args: Sequence[tuple[Any, Any]], stream: Any,
            grid: tuple[int, int, int] | None = None, block: int = BLOCK) -> None:
-    """Launch a grid-stride kernel over ``n`` items on ``stream`` (nothing for ``n == 0``)."""
+    """Launch a grid-stride kernel over ``n`` items on ``stream`` (nothing for ``n == 0``).
+
+    Through :func:`runtime.launch_cached`: arguments seen before reuse a prebuilt launch.
+    """
     from onnx_ep.providers.cuda import runtime
 
     if n <= 0:
         return
-    runtime.launch(fn, grid or runtime.grid_1d(n, block), (block, 1, 1), args, stream)
+    runtime.launch_cached(fn, grid or runtime.grid_1d(n, block), (block, 1, 1), args, stream)
