@@ -14,9 +14,26 @@ from typing import Any
 from onnx_ep.core.graph import Graph
 from onnx_ep.core.kernel import Provider, TensorSpec, WorkspaceLifetime, WorkspaceView
 from onnx_ep.core.memory import DeviceMemoryAuthority, Reservation, Role, authority_for
+from onnx_ep.core.pager import DevicePager
 from onnx_ep.core.placement import CopyStep
-from onnx_ep.core.planner import ExecutionPlan, step_aliases, step_device
+from onnx_ep.core.planner import ExecutionPlan, Program, step_aliases, step_device
 from onnx_ep.errors import PlanError
+
+
+class PendingWeight:
+    """A device weight's place in a program until the memory policy decides where it goes.
+
+    Programs are built (and the static plan bound) before the policy is chosen; the
+    session then calls :meth:`DeviceBinding.place_weights` and :meth:`DeviceBinding.adopt`.
+    """
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<PendingWeight {self.name!r}>"
 
 
 class DeviceBinding:
@@ -35,6 +52,10 @@ class DeviceBinding:
         self._held: list[Reservation] = []
         self._allocations: list[Any] = []
         self._uploaded: dict[str, Any] = {}
+        self._pending: dict[str, Any] = {}      # device value name -> host array, unplaced
+        self._placed = False
+        #: the weight pager when the session streams weights, else None
+        self.pager: DevicePager | None = None
         self.weight_bytes = 0
 
     def _allocate(self, nbytes: int, role: Role) -> Any:
@@ -49,23 +70,83 @@ class DeviceBinding:
         return alloc
 
     def upload_constants(self, uploads: list[CopyStep], graph: Graph) -> dict[str, Any]:
-        """Upload every initializer read on the device once; reserved as WEIGHTS.
+        """The device values of the initializers read on the device: every one known so far.
 
-        Idempotent per value: a re-placed program reuses what an earlier one uploaded.
+        Before :meth:`place_weights` they are :class:`PendingWeight` placeholders; after
+        it, uploads reserved as WEIGHTS (full residency: a new one is uploaded now) or the
+        pager's stable views. Every call returns all of them in one order, so every
+        program of the session numbers its constants alike.
         """
-        out: dict[str, Any] = {}
+        new = False
         for c in uploads:
-            if c.dst in self._uploaded:
-                out[c.dst] = self._uploaded[c.dst]
+            if c.dst in self._uploaded or c.dst in self._pending:
                 continue
             arr = graph.initializers[c.src]
-            spec = TensorSpec(arr.dtype, arr.shape)
-            alloc = self._allocate(max(spec.nbytes, 1), Role.WEIGHTS)
-            out[c.dst] = self._uploaded[c.dst] = self.runtime.upload(
-                arr, self.runtime.tensor(alloc, 0, spec), self.stream)
-            self.weight_bytes += spec.nbytes
-        self.runtime.synchronize(self.stream)
-        return out
+            if not self._placed:
+                self._pending[c.dst] = arr
+            elif self.pager is not None:
+                raise PlanError(f"a re-placed program reads weight {c.src!r} on {self.device}, "
+                                f"which the weight pager did not lay out at load")
+            else:
+                self._upload(c.dst, arr)
+                new = True
+        if not self._placed:
+            return {n: PendingWeight(n) for n in self._pending}
+        if new:
+            self.runtime.synchronize(self.stream)
+        return dict(self._uploaded)
+
+    def _upload(self, name: str, arr: Any) -> None:
+        spec = TensorSpec(arr.dtype, arr.shape)
+        alloc = self._allocate(max(spec.nbytes, 1), Role.WEIGHTS)
+        self._uploaded[name] = self.runtime.upload(
+            arr, self.runtime.tensor(alloc, 0, spec), self.stream)
+        self.weight_bytes += spec.nbytes
+
+    def place_weights(self, program: Program, *, streaming: bool,
+                      window_bytes: int | None = None) -> None:
+        """Put the pending weights where the memory policy says (once per binding).
+
+        Full residency uploads each weight into its own block. Streaming lays them out in
+        one stable region paged by a :class:`~onnx_ep.core.pager.DevicePager` whose
+        window takes what the budget has left after the plans bound so far.
+
+        :param program: the session's program: its step order sets the layout and the
+            largest step the window must hold.
+        :raises AdmissionRefused: the weights (full) or one step's pages (streaming) do
+            not fit. :raises PlanError: streaming on a runtime without ``stable_region``.
+        """
+        if self._placed:
+            return
+        pending = self._pending
+        name_of = {s: n for n, s in program.slot_of.items()}
+        reads = [(st.name, [name_of[s] for s in st.const_reads if name_of[s] in pending])
+                 for st in program.steps]
+        if streaming and pending:
+            order = dict.fromkeys(n for _, names in reads for n in names)
+            order.update(dict.fromkeys(pending))         # weights no step reads go last
+            self.pager = DevicePager(self.runtime, [(n, pending[n]) for n in order], reads,
+                                     window_bytes, self.authority, self.holder, self.stream)
+            self._uploaded = {n: self.pager.views[n] for n in pending}
+            self.weight_bytes = sum(int(a.nbytes) for a in pending.values())
+        else:
+            for n, arr in pending.items():
+                self._upload(n, arr)
+            self.runtime.synchronize(self.stream)
+        self._pending = {}
+        self._placed = True
+
+    def adopt(self, program: Program) -> None:
+        """Replace ``program``'s :class:`PendingWeight` constants by the placed weights;
+        under streaming, check it numbers the weights as the pager serves them."""
+        if not self._placed:
+            return
+        consts = program.constants
+        for i, (s, v) in enumerate(consts):
+            if isinstance(v, PendingWeight):
+                consts[i] = (s, self._uploaded[v.name])
+        if self.pager is not None:
+            self.pager.check_slots(program.slot_of)
 
     def bind_plan(self, plan: ExecutionPlan) -> None:
         """Allocate the plan's arena and workspace slots; pre-bind every device output.
@@ -133,6 +214,13 @@ class DeviceBinding:
 
     def close(self) -> None:
         """Free device memory and release every reservation (idempotent)."""
+        pager, self.pager = self.pager, None
+        if pager is not None:
+            # unmapping is not stream-ordered: let queued readers of the weights finish
+            try:
+                self.runtime.synchronize(self.stream)
+            finally:
+                pager.close()
         allocations, self._allocations = self._allocations, []
         for a in allocations:
             a.free()

@@ -201,8 +201,11 @@ class Session:
         hook = self._runtime.pm.hook
         self._admission = (forced_admission(self.options)
                            or hook.onnx_ep_select_admission_strategy(options=self.options))
+        # plan a static signature first even when the policy is forced: on a device its
+        # arena is bound before the weights, which take what is left
+        peak = self._static_peak()
         self.memory_policy = forced_policy(self.options) or hook.onnx_ep_select_memory_policy(
-            model_bytes=self._graph.weight_bytes, planned_peak=self._static_peak(),
+            model_bytes=self._graph.weight_bytes, planned_peak=peak,
             budget=self._authority.budget, options=self.options)
         self._held: list[Reservation] = []      # session-lifetime reservations
         #: the executor's weight source when streaming: a host WeightStore or a DevicePager

@@ -152,4 +152,12 @@ def test_a_refusal_at_load_frees_everything_the_device_got():
     with pytest.raises(AdmissionRefused):
         onnx_ep.Session(model, providers=["fake", "cpu_reference"], plugins=[plugin],
                         options=SessionOptions(memory_limit=64 * 1024))
+    assert plugin.runtime.live == 0
+    # the arena is bound at load before the weights are placed: weights that do not fit
+    # (full residency forced) are refused after the arena got device memory
+    big = static_mlp(d_in=256, d_hidden=256, d_out=4, batch=2)
+    with pytest.raises(AdmissionRefused):
+        onnx_ep.Session(big, providers=["fake", "cpu_reference"], plugins=[plugin],
+                        options=SessionOptions(memory_limit=64 * 1024,
+                                               memory_policy="full_resident"))
     assert plugin.runtime.allocations > 0 and plugin.runtime.live == 0
