@@ -32,6 +32,8 @@ MODULES: tuple[str, ...] = (
     "conv",
     "pool",
     "attention",
+    "resize",
+    "indexing",
 )
 
 #: the holder that host <-> device transfers of the provider are charged to

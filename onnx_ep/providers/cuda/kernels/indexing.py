@@ -1,0 +1,558 @@
+"""Indexing on CUDA: Pad, GatherElements, ScatterElements (and Scatter), ScatterND,
+CumSum, CumProd, TopK, Dropout (inference), ReverseSequence, DepthToSpace, SpaceToDepth.
+
+Parity: EXACT against cpu_reference for every op here. Movement ops copy bytes; the
+arithmetic ones (scatter reductions, CumSum, CumProd) run sequentially in the
+reference's order and precision (``indexing.cu`` says how, per dtype); TopK selects.
+
+Device inputs that steer indexing (Pad's pads/constant_value/axes, the indices of the
+gathers and scatters, the scans' axis, ReverseSequence's lengths) are read by the
+kernels through pointers; output shapes come from the pre-bound outputs (TopK's K is
+``outputs[0].shape[axis]``). Indices outside ``[-dim, dim)`` are not checked on cuda
+(the reference raises; a kernel cannot without a host sync): GatherElements writes
+zeros for them, the scatters skip them, ReverseSequence clamps lengths into
+``[0, time]``; no kernel reads or writes out of bounds.
+
+Dropout runs inference only (a copy and an all-true mask); a ``training_mode`` input
+is a device value the host cannot read, so such nodes decline (the random mask of
+training cannot match the reference's generator anyway).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+import numpy as np
+
+from onnx_ep.core.kernel import ExecutionContext, NodeMeta, Support, TensorSpec
+from onnx_ep.providers.cuda.kernels.device_kernel import (
+    BF16,
+    I32,
+    I64,
+    MAX_DIMS,
+    PTR,
+    CudaKernel,
+    Geo,
+    contiguous_strides,
+    launch,
+    normalize_axis,
+    prod,
+    struct_arg,
+)
+
+BLOCK = 256
+U64 = ctypes.c_uint64
+
+#: element sizes of the movement kernels (``pad_x4`` ...)
+SIZES = (1, 2, 4, 8)
+
+#: dtype -> symbol suffix of the typed kernels; ``_SCATTER``/``_SCAN``/``_TOPK`` say which
+#: families instantiate it
+_SUFFIX: dict[np.dtype, str] = {
+    np.dtype(np.float32): "f32", np.dtype(np.float16): "f16", np.dtype(np.float64): "f64",
+    np.dtype(np.int64): "i64", np.dtype(np.int32): "i32", np.dtype(np.int16): "i16",
+    np.dtype(np.int8): "i8", np.dtype(np.uint8): "u8", np.dtype(np.uint16): "u16",
+    np.dtype(np.uint32): "u32", np.dtype(np.uint64): "u64", np.dtype(np.bool_): "b8",
+}
+if BF16 is not None:
+    _SUFFIX[BF16] = "bf16"
+
+
+def _dtypes(*suffixes: str) -> frozenset[np.dtype]:
+    return frozenset(d for d, s in _SUFFIX.items() if s in suffixes)
+
+
+SCATTER_TYPES = _dtypes("f32", "f16", "bf16", "f64", "i64", "i32", "i16", "i8", "u8", "b8")
+SCAN_TYPES = _dtypes("f32", "f16", "bf16", "f64", "i64", "i32", "u32", "u64")
+TOPK_TYPES = _dtypes("f32", "f16", "bf16", "f64", "i64", "i32", "i16", "i8", "u8", "u16",
+                     "u32", "u64")
+INDEX_TYPES = frozenset({np.dtype(np.int32), np.dtype(np.int64)})
+
+#: scatter reduction -> (kernel code, first opset)
+REDUCTIONS = {"none": (0, 1), "add": (1, 16), "mul": (2, 16), "max": (3, 18), "min": (4, 18)}
+PAD_MODES = {"constant": 0, "reflect": 1, "edge": 2, "wrap": 3}
+
+
+def grid(n: int, block: int = BLOCK) -> tuple[int, int, int]:
+    return (max(1, min(-(-n // block), 65535 * 32)), 1, 1)
+
+
+def bits_of(value: Any, dtype: Any) -> int:
+    """``value`` cast to ``dtype``, its bytes as a little-endian uint64 (the kernels copy
+    the low ``itemsize`` bytes)."""
+    raw = np.asarray(value, dtype=np.float64).astype(np.dtype(dtype)).tobytes()
+    return int.from_bytes(raw.ljust(8, b"\0")[:8], "little")
+
+
+def _spec_no(spec: TensorSpec | None, what: str) -> Support:
+    if spec is None:
+        return Support.no(f"{what} is not a tensor (sequence, optional or missing)")
+    return Support.YES
+
+
+def _input(inputs: Any, i: int) -> Any:
+    return inputs[i] if len(inputs) > i else None
+
+
+class _Indexing(CudaKernel):
+    source = "indexing"
+
+    def _sized(self, spec: TensorSpec | None, what: str = "input") -> Support:
+        s = _spec_no(spec, what)
+        if not s:
+            return s
+        if spec.dtype.kind in "OUSc" or spec.dtype.itemsize not in SIZES:
+            return Support.no(f"{what} dtype {spec.dtype} cannot live on cuda")
+        if len(spec.shape) > MAX_DIMS:
+            return Support.no(f"{what} rank {len(spec.shape)} > {MAX_DIMS}")
+        return Support.YES
+
+    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
+        x = meta.inputs[0]
+        return [TensorSpec(x.dtype, x.shape)]
+
+
+# ---------------------------------------------------------------- Pad
+
+def pad_attr_lists(meta: Any, rank: int) -> tuple[list[int], list[int]] | None:
+    """Opset < 11: (begins, ends) from the ``pads``/``paddings`` attribute, or ``None``."""
+    raw = meta.attr("pads" if meta.opset >= 2 else "paddings")
+    raw = [int(p) for p in (raw or [])]
+    if len(raw) != 2 * rank:
+        return None
+    return raw[:rank], raw[rank:]
+
+
+class Pad(_Indexing):
+    def supports(self, meta: NodeMeta) -> Support:
+        s = self._sized(meta.inputs[0] if meta.inputs else None)
+        if not s:
+            return s
+        mode = meta.attr("mode", "constant")
+        if mode not in PAD_MODES or (mode == "wrap" and meta.opset < 19):
+            return Support.no(f"mode {mode!r} is not supported at opset {meta.opset}")
+        if meta.opset < 11:
+            if pad_attr_lists(meta, len(meta.inputs[0].shape)) is None:
+                return Support.no("attribute pads must have 2 entries per axis")
+            return Support.YES
+        pads = _input(meta.inputs, 1)
+        if pads is None or pads.dtype != np.int64:
+            return Support.no("input pads must be an int64 tensor")
+        cv = _input(meta.inputs, 2)
+        if cv is not None and cv.dtype != meta.inputs[0].dtype:
+            return Support.no(f"constant_value dtype {cv.dtype} differs from the data's")
+        axes = _input(meta.inputs, 3)
+        if axes is not None and axes.dtype not in INDEX_TYPES:
+            return Support.no("input axes must be int32 or int64")
+        return Support.YES
+
+    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
+        x = meta.inputs[0]
+        if meta.opset >= 11 or not all(isinstance(d, int) for d in x.shape):
+            return [None]                       # pads are a device input
+        be = pad_attr_lists(meta, len(x.shape))
+        if be is None:
+            return [None]
+        return [TensorSpec(x.dtype, tuple(d + b + e for d, b, e in zip(x.shape, *be)))]
+
+    def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
+        x, y = inputs[0], outputs[0]
+        if y.size == 0:
+            return
+        if y.ndim != x.ndim:
+            raise self.fail(ctx, f"output rank {y.ndim} differs from input rank {x.ndim}")
+        mode = PAD_MODES[ctx.node.attr("mode", "constant")]
+        rank = max(x.ndim, 1)
+        pads_ptr, axes_ptr, axes64, k, cv_ptr = 0, 0, 1, 0, 0
+        attr = Geo.of([0] * rank, [0] * rank)
+        if ctx.node.opset < 11:
+            be = pad_attr_lists(ctx.node, x.ndim)
+            if be is None:
+                raise self.fail(ctx, "attribute pads must have 2 entries per axis")
+            if x.ndim:
+                attr = Geo.of(be[0], be[1])
+            cbits = bits_of(ctx.node.attr("value", 0.0), x.dtype)
+        else:
+            pads = inputs[1]
+            pads_ptr, k = pads.ptr, pads.size // 2
+            cv = _input(inputs, 2)
+            if cv is not None and cv.size:
+                cv_ptr = cv.ptr
+            axes = _input(inputs, 3)
+            if axes is not None:
+                axes_ptr, axes64 = axes.ptr, int(axes.dtype == np.int64)
+                if axes.size != k:
+                    raise self.fail(ctx, f"pads has {pads.size} entries for {axes.size} axes")
+            cbits = 0
+        es = x.dtype.itemsize
+        out = Geo.of(y.shape or [1], [0] * rank)
+        ing = Geo.of(x.shape or [1], contiguous_strides(x.shape) or [1])
+        launch(self.function(f"pad_x{es}", x), grid(y.size), (BLOCK, 1, 1),
+               [(x.ptr, PTR), (y.ptr, PTR), struct_arg(out), struct_arg(ing), (pads_ptr, PTR),
+                struct_arg(attr), (axes_ptr, PTR), (axes64, I32), (k, I32), (cv_ptr, PTR),
+                (cbits, U64), (mode, I32), (y.size, I64)], ctx.stream)
+
+
+# ---------------------------------------------------------------- GatherElements
+
+class GatherElements(_Indexing):
+    def supports(self, meta: NodeMeta) -> Support:
+        x = meta.inputs[0] if meta.inputs else None
+        s = self._sized(x)
+        if not s:
+            return s
+        idx = _input(meta.inputs, 1)
+        if idx is None or idx.dtype not in INDEX_TYPES:
+            return Support.no("indices must be int32 or int64")
+        if len(idx.shape) != len(x.shape) or not x.shape:
+            return Support.no(f"indices rank {len(idx.shape)} must equal data rank "
+                              f"{len(x.shape)} (>= 1)")
+        if normalize_axis(int(meta.attr("axis", 0)), len(x.shape)) is None:
+            return Support.no(f"axis {meta.attr('axis', 0)} is out of range")
+        return Support.YES
+
+    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
+        return [TensorSpec(meta.inputs[0].dtype, meta.inputs[1].shape)]
+
+    def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
+        x, idx, y = inputs[0], inputs[1], outputs[0]
+        if y.size == 0:
+            return
+        a = normalize_axis(int(ctx.node.attr("axis", 0)), x.ndim)
+        g = Geo.of(idx.shape, contiguous_strides(x.shape))
+        launch(self.function(f"gather_elements_x{x.dtype.itemsize}", x), grid(y.size),
+               (BLOCK, 1, 1),
+               [(x.ptr, PTR), (idx.ptr, PTR), (int(idx.dtype == np.int64), I32), (y.ptr, PTR),
+                struct_arg(g), (a, I32), (x.shape[a], I64), (y.size, I64)], ctx.stream)
+
+
+# ---------------------------------------------------------------- scatters
+
+class _Scatter(_Indexing):
+    def supports(self, meta: NodeMeta) -> Support:
+        x = meta.inputs[0] if meta.inputs else None
+        s = self._sized(x)
+        if not s:
+            return s
+        if x.dtype not in SCATTER_TYPES:
+            return Support.no(f"dtype {x.dtype} is not instantiated for scatters")
+        idx, upd = _input(meta.inputs, 1), _input(meta.inputs, 2)
+        if idx is None or idx.dtype not in INDEX_TYPES:
+            return Support.no("indices must be int32 or int64")
+        if upd is None or upd.dtype != x.dtype:
+            return Support.no("updates must be a tensor of the data's dtype")
+        red = meta.attr("reduction", "none")
+        if red not in REDUCTIONS or meta.opset < REDUCTIONS[red][1]:
+            return Support.no(f"reduction {red!r} is not supported at opset {meta.opset}")
+        if red != "none" and x.dtype == np.bool_:
+            return Support.no(f"reduction {red!r} on bool is not implemented on cuda")
+        return self._shapes(meta)
+
+    def _shapes(self, meta: NodeMeta) -> Support:
+        return Support.YES
+
+
+class ScatterElements(_Scatter):
+    def _shapes(self, meta: NodeMeta) -> Support:
+        x, idx = meta.inputs[0], meta.inputs[1]
+        if len(idx.shape) != len(x.shape) or not x.shape:
+            return Support.no(f"indices rank {len(idx.shape)} must equal data rank "
+                              f"{len(x.shape)} (>= 1)")
+        if normalize_axis(int(meta.attr("axis", 0)), len(x.shape)) is None:
+            return Support.no(f"axis {meta.attr('axis', 0)} is out of range")
+        return Support.YES
+
+    def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
+        x, idx, upd, y = inputs[0], inputs[1], inputs[2], outputs[0]
+        if y.size == 0:
+            return
+        if upd.shape != idx.shape:
+            raise self.fail(ctx, f"updates shape {upd.shape} must equal indices shape "
+                                 f"{idx.shape}")
+        a = normalize_axis(int(ctx.node.attr("axis", 0)), x.ndim)
+        red = REDUCTIONS[ctx.node.attr("reduction", "none")][0]
+        launch(self.function(f"scatter_elements_{_SUFFIX[x.dtype]}", x), grid(y.size),
+               (BLOCK, 1, 1),
+               [(x.ptr, PTR), (idx.ptr, PTR), (int(idx.dtype == np.int64), I32),
+                (upd.ptr, PTR), (y.ptr, PTR), struct_arg(Geo.of(x.shape, [0] * x.ndim)),
+                struct_arg(Geo.of(idx.shape, contiguous_strides(idx.shape))), (a, I32),
+                (red, I32), (y.size, I64)], ctx.stream)
+
+
+class ScatterND(_Scatter):
+    def _shapes(self, meta: NodeMeta) -> Support:
+        x, idx = meta.inputs[0], meta.inputs[1]
+        if not idx.shape:
+            return Support.no("indices must have rank >= 1")
+        m = idx.shape[-1]
+        if not isinstance(m, int) or m > len(x.shape):
+            return Support.no(f"indices last dim {m} must be a known size <= data rank "
+                              f"{len(x.shape)}")
+        return Support.YES
+
+    def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
+        x, idx, upd, y = inputs[0], inputs[1], inputs[2], outputs[0]
+        if y.size == 0:
+            return
+        m = idx.shape[-1]
+        expected = tuple(idx.shape[:-1]) + tuple(x.shape[m:])
+        if tuple(upd.shape) != expected:
+            raise self.fail(ctx, f"updates shape {upd.shape} must be indices.shape[:-1] + "
+                                 f"data.shape[{m}:] = {expected}")
+        red = REDUCTIONS[ctx.node.attr("reduction", "none")][0]
+        dims = list(x.shape[:m]) or [1]
+        launch(self.function(f"scatter_nd_{_SUFFIX[x.dtype]}", x), grid(y.size),
+               (BLOCK, 1, 1),
+               [(x.ptr, PTR), (idx.ptr, PTR), (int(idx.dtype == np.int64), I32),
+                (upd.ptr, PTR), (y.ptr, PTR), struct_arg(Geo.of(dims, [0] * len(dims))),
+                (m, I32), (prod(idx.shape[:-1]), I64), (prod(x.shape[m:]), I64), (red, I32),
+                (y.size, I64)], ctx.stream)
+
+
+# ---------------------------------------------------------------- CumSum, CumProd
+
+class Cumulative(_Indexing):
+    """CumSum (``product=False``) and CumProd; the axis is a device scalar."""
+
+    def __init__(self, op_type: str, since: int, product: bool) -> None:
+        super().__init__(op_type, since)
+        self.product = product
+
+    def supports(self, meta: NodeMeta) -> Support:
+        x = meta.inputs[0] if meta.inputs else None
+        s = self._sized(x)
+        if not s:
+            return s
+        if x.dtype not in SCAN_TYPES:
+            return Support.no(f"dtype {x.dtype} is not instantiated for {self.key.op_type}")
+        if not x.shape:
+            return Support.no("input must have rank >= 1")
+        axis = _input(meta.inputs, 1)
+        if axis is None or axis.dtype not in INDEX_TYPES:
+            return Support.no("axis must be an int32 or int64 tensor")
+        return Support.YES
+
+    def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
+        x, axis, y = inputs[0], inputs[1], outputs[0]
+        if y.size == 0:
+            return
+        if axis.size != 1:
+            raise self.fail(ctx, f"axis must hold one value, got shape {axis.shape}")
+        launch(self.function(f"cumulative_{_SUFFIX[x.dtype]}", x), grid(x.size),
+               (BLOCK, 1, 1),
+               [(x.ptr, PTR), (y.ptr, PTR), struct_arg(Geo.of(x.shape, [0] * x.ndim)),
+                (axis.ptr, PTR), (int(axis.dtype == np.int64), I32), (int(self.product), I32),
+                (int(bool(ctx.node.attr("exclusive", 0))), I32),
+                (int(bool(ctx.node.attr("reverse", 0))), I32), (x.size, I64)], ctx.stream)
+
+
+# ---------------------------------------------------------------- TopK
+
+class TopK(_Indexing):
+    def supports(self, meta: NodeMeta) -> Support:
+        x = meta.inputs[0] if meta.inputs else None
+        s = self._sized(x)
+        if not s:
+            return s
+        if x.dtype not in TOPK_TYPES:
+            return Support.no(f"dtype {x.dtype} is not instantiated for TopK")
+        if normalize_axis(int(meta.attr("axis", -1)), len(x.shape)) is None:
+            return Support.no(f"axis {meta.attr('axis', -1)} is out of range")
+        if meta.opset < 10 and meta.attr("k") is None:
+            return Support.no("attribute k is required before opset 10")
+        return Support.YES
+
+    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
+        x = meta.inputs[0]
+        a = normalize_axis(int(meta.attr("axis", -1)), len(x.shape))
+        if meta.opset >= 10 or a is None:
+            return [None, None]                 # K is a device input
+        shape = list(x.shape)
+        shape[a] = int(meta.attr("k"))
+        return [TensorSpec(x.dtype, tuple(shape)), TensorSpec(np.dtype(np.int64), tuple(shape))]
+
+    def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
+        x, vals, ind = inputs[0], outputs[0], outputs[1] if len(outputs) > 1 else None
+        if vals is None or ind is None:
+            raise self.fail(ctx, "both TopK outputs must be bound on cuda")
+        a = normalize_axis(int(ctx.node.attr("axis", -1)), x.ndim)
+        k = vals.shape[a]
+        if vals.size == 0:
+            return
+        dim = x.shape[a]
+        if k > dim:
+            raise self.fail(ctx, f"K={k} exceeds axis {a} of size {dim}")
+        launch(self.function(f"top_k_{_SUFFIX[x.dtype]}", x), grid(x.size), (BLOCK, 1, 1),
+               [(x.ptr, PTR), (vals.ptr, PTR), (ind.ptr, PTR), (prod(x.shape[:a]), I64),
+                (dim, I64), (prod(x.shape[a + 1:]), I64), (k, I64),
+                (int(bool(ctx.node.attr("largest", 1))), I32)], ctx.stream)
+
+
+# ---------------------------------------------------------------- Dropout
+
+def dropout_mask_dtype(opset: int, x_dtype: Any) -> np.dtype:
+    return np.dtype(np.bool_) if opset >= 10 else np.dtype(x_dtype)
+
+
+class Dropout(_Indexing):
+    def supports(self, meta: NodeMeta) -> Support:
+        s = self._sized(meta.inputs[0] if meta.inputs else None)
+        if not s:
+            return s
+        if meta.opset >= 12 and _input(meta.inputs, 2) is not None:
+            return Support.no("training_mode is a device input (training draws a random "
+                              "mask the host generator defines): runs on the host")
+        return Support.YES
+
+    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
+        x = meta.inputs[0]
+        out: list[TensorSpec | None] = [TensorSpec(x.dtype, x.shape)]
+        if len(meta.output_names) > 1:
+            out.append(TensorSpec(dropout_mask_dtype(meta.opset, x.dtype), x.shape))
+        return out
+
+    def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
+        from onnx_ep.providers.cuda import runtime
+
+        x, y = inputs[0], outputs[0]
+        if y is not None:
+            runtime.copy_dtod(y.ptr, x.ptr, y.nbytes, ctx.stream)
+        mask = outputs[1] if len(outputs) > 1 else None
+        if mask is None or mask.size == 0:
+            return
+        es = mask.dtype.itemsize
+        launch(self.function(f"fill_x{es}", mask), grid(mask.size), (BLOCK, 1, 1),
+               [(mask.ptr, PTR), (bits_of(1, mask.dtype), U64), (mask.size, I64)], ctx.stream)
+
+
+# ---------------------------------------------------------------- ReverseSequence
+
+class ReverseSequence(_Indexing):
+    def _axes(self, meta: Any) -> tuple[int, int]:
+        return int(meta.attr("batch_axis", 1)), int(meta.attr("time_axis", 0))
+
+    def supports(self, meta: NodeMeta) -> Support:
+        x = meta.inputs[0] if meta.inputs else None
+        s = self._sized(x)
+        if not s:
+            return s
+        if len(x.shape) < 2:
+            return Support.no("input must have rank >= 2")
+        if set(self._axes(meta)) != {0, 1}:
+            return Support.no(f"batch_axis and time_axis {self._axes(meta)} must be 0 and 1")
+        lens = _input(meta.inputs, 1)
+        if lens is None or lens.dtype != np.int64:
+            return Support.no("sequence_lens must be an int64 tensor")
+        return Support.YES
+
+    def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
+        x, lens, y = inputs[0], inputs[1], outputs[0]
+        if y.size == 0:
+            return
+        b_axis, t_axis = self._axes(ctx.node)
+        if lens.size != x.shape[b_axis]:
+            raise self.fail(ctx, f"sequence_lens has {lens.size} entries for a batch of "
+                                 f"{x.shape[b_axis]}")
+        dims = [x.shape[0], x.shape[1], prod(x.shape[2:])]
+        launch(self.function(f"reverse_sequence_x{x.dtype.itemsize}", x), grid(y.size),
+               (BLOCK, 1, 1),
+               [(x.ptr, PTR), (y.ptr, PTR), (lens.ptr, PTR), (t_axis, I32),
+                struct_arg(Geo.of(dims, [0, 0, 0])), (y.size, I64)], ctx.stream)
+
+
+# ---------------------------------------------------------------- DepthToSpace, SpaceToDepth
+
+def space_depth_plan(op: str, shape: tuple[int, ...], bs: int, mode: str
+                     ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None:
+    """(6-D view of the input, permutation, output shape) as the reference reshapes and
+    transposes, or ``None`` when the shape does not fit the block size."""
+    if len(shape) != 4 or bs < 1 or mode not in ("DCR", "CRD"):
+        return None
+    b, c, h, w = shape
+    if op == "DepthToSpace":
+        if c % (bs * bs):
+            return None
+        cc = c // (bs * bs)
+        if mode == "DCR":
+            return (b, bs, bs, cc, h, w), (0, 3, 4, 1, 5, 2), (b, cc, h * bs, w * bs)
+        return (b, cc, bs, bs, h, w), (0, 1, 4, 2, 5, 3), (b, cc, h * bs, w * bs)
+    if h % bs or w % bs:
+        return None
+    view = (b, c, h // bs, bs, w // bs, bs)
+    perm = (0, 3, 5, 1, 2, 4) if mode == "DCR" else (0, 1, 3, 5, 2, 4)
+    return view, perm, (b, c * bs * bs, h // bs, w // bs)
+
+
+class SpaceDepth(CudaKernel):
+    """DepthToSpace / SpaceToDepth: a 6-D transpose through movement.cu's kernels."""
+
+    source = "movement"
+
+    def _mode(self, meta: Any) -> str:
+        return str(meta.attr("mode", "DCR"))
+
+    def supports(self, meta: NodeMeta) -> Support:
+        x = meta.inputs[0] if meta.inputs else None
+        s = _spec_no(x, "input")
+        if not s:
+            return s
+        if x.dtype.kind in "OUSc" or x.dtype.itemsize not in SIZES:
+            return Support.no(f"dtype {x.dtype} cannot live on cuda")
+        if len(x.shape) != 4:
+            return Support.no(f"input must be 4-D, got rank {len(x.shape)}")
+        if not meta.attr("blocksize") or int(meta.attr("blocksize")) < 1:
+            return Support.no("attribute blocksize must be >= 1")
+        if self._mode(meta) not in ("DCR", "CRD"):
+            return Support.no(f"mode {self._mode(meta)!r} must be 'DCR' or 'CRD'")
+        return Support.YES
+
+    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
+        x = meta.inputs[0]
+        if not all(isinstance(d, int) for d in x.shape):
+            return [None]
+        plan = space_depth_plan(self.key.op_type, tuple(x.shape),
+                                int(meta.attr("blocksize")), self._mode(meta))
+        return [None if plan is None else TensorSpec(x.dtype, plan[2])]
+
+    def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
+        from onnx_ep.providers.cuda.kernels import movement as mv
+
+        x, y = inputs[0], outputs[0]
+        plan = space_depth_plan(self.key.op_type, tuple(x.shape),
+                                int(ctx.node.attr("blocksize")), self._mode(ctx.node))
+        if plan is None or tuple(y.shape) != plan[2]:
+            raise self.fail(ctx, f"input {x.shape} does not fit blocksize "
+                                 f"{ctx.node.attr('blocksize')} (output {y.shape})")
+        if y.size == 0:
+            return
+        view, perm, _ = plan
+        route, w, geo = mv.transpose_plan(view, perm, x.dtype.itemsize, (x.ptr, y.ptr))
+        if route == "copy":
+            from onnx_ep.providers.cuda import runtime
+
+            runtime.copy_dtod(y.ptr, x.ptr, y.nbytes, ctx.stream)
+        elif route == "tile":
+            b, r, c = geo
+            launch(self.function(f"transpose_tile_x{w}", x), mv.tile_grid(b, r, c),
+                   (32, 8, 1), [(x.ptr, PTR), (y.ptr, PTR), (r, I64), (c, I64), (b, I64)],
+                   ctx.stream)
+        else:
+            nd = len(geo) // 2
+            mv._strided(self, ctx, x, x.ptr, y, w, geo[:nd], geo[nd:])
+
+
+KERNELS: list[CudaKernel] = [
+    Pad("Pad", since=1),
+    GatherElements("GatherElements", since=11),
+    ScatterElements("ScatterElements", since=11),
+    ScatterElements("Scatter", since=9),
+    ScatterND("ScatterND", since=11),
+    Cumulative("CumSum", since=11, product=False),
+    Cumulative("CumProd", since=26, product=True),
+    TopK("TopK", since=1),
+    Dropout("Dropout", since=1),
+    ReverseSequence("ReverseSequence", since=10),
+    SpaceDepth("DepthToSpace", since=1),
+    SpaceDepth("SpaceToDepth", since=1),
+]
