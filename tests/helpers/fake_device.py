@@ -60,6 +60,7 @@ class FakeRuntime:
         self.uploads = 0
         self.downloads = 0
         self.copies = 0
+        self.regions: list[FakeRegion] = []
 
     def budget(self) -> int:
         return self._budget
@@ -98,6 +99,104 @@ class FakeRuntime:
         np.copyto(dst.array, src.array)
         self.copies += 1
         return dst
+
+    #: mapping granule of the fake's stable regions (weight streaming)
+    page_bytes = 4096
+
+    def stable_region(self, nbytes: int, holder: str) -> FakeRegion:
+        region = FakeRegion(nbytes, self.page_bytes)
+        self.regions.append(region)
+        return region
+
+
+class FakePage:
+    """A fake physical page: its bytes survive being unmapped."""
+
+    def __init__(self, nbytes: int) -> None:
+        self.buf = np.zeros(nbytes, np.uint8)
+        self.mapped_at: int | None = None
+
+
+class FakeFence:
+    def __init__(self, region: FakeRegion) -> None:
+        self.region = region
+        self.waited = False
+
+    def wait(self) -> None:
+        self.waited = True
+        self.region.log.append(("wait", id(self)))
+
+    def done(self) -> bool:
+        return False          # pretend the device lags: only a wait() completes a fence
+
+    def release(self) -> None:
+        pass
+
+
+class FakeRegion:
+    """A stable region that behaves like VMM: bytes live in pages, and the address range
+    reads as NaN (0xFF bytes) where nothing is mapped, so reading a weight that was not
+    paged in corrupts the result instead of passing silently. ``log`` records every
+    map / unmap / write / fence / wait in order."""
+
+    def __init__(self, nbytes: int, page_bytes: int) -> None:
+        self.page_bytes = page_bytes
+        self.nbytes = -(-nbytes // page_bytes) * page_bytes
+        self.ptr = next(_ids)
+        self.va = np.full(self.nbytes, 0xFF, np.uint8)
+        self.mapped: dict[int, FakePage] = {}
+        self.pages: list[FakePage] = []
+        self.log: list[tuple[str, int]] = []
+        self.closed = False
+
+    def new_page(self, reservation: Any) -> FakePage:
+        assert not reservation.released
+        assert (len(self.pages) + 1) * self.page_bytes <= reservation.nbytes, \
+            "more pages than the window's reservation holds"
+        page = FakePage(self.page_bytes)
+        self.pages.append(page)
+        return page
+
+    def map(self, offset: int, page: FakePage) -> None:
+        P = self.page_bytes
+        assert not self.closed and offset % P == 0 and 0 <= offset < self.nbytes
+        assert offset not in self.mapped and page.mapped_at is None, "double map"
+        self.va[offset:offset + P] = page.buf
+        self.mapped[offset] = page
+        page.mapped_at = offset
+        self.log.append(("map", offset))
+
+    def unmap(self, offset: int) -> FakePage:
+        P = self.page_bytes
+        page = self.mapped.pop(offset)
+        page.buf[:] = self.va[offset:offset + P]
+        self.va[offset:offset + P] = 0xFF
+        page.mapped_at = None
+        self.log.append(("unmap", offset))
+        return page
+
+    def write(self, offset: int, data: np.ndarray, stream: Any) -> None:
+        P = self.page_bytes
+        assert data.dtype == np.uint8 and data.ndim == 1
+        for o in range(offset // P * P, offset + data.nbytes, P):
+            assert o in self.mapped, f"write to unmapped page at {o}"
+        self.va[offset:offset + data.nbytes] = data
+        self.log.append(("write", offset))
+
+    def tensor(self, offset: int, spec: TensorSpec) -> FakeTensor:
+        n = spec.nbytes
+        assert offset + n <= self.nbytes, "view past the region"
+        return FakeTensor(self.va[offset:offset + n].view(spec.dtype).reshape(spec.shape))
+
+    def fence(self, stream: Any) -> FakeFence:
+        f = FakeFence(self)
+        self.log.append(("fence", id(f)))
+        return f
+
+    def close(self) -> None:
+        for o in list(self.mapped):
+            self.unmap(o)
+        self.closed = True
 
 
 class FakeKernel:

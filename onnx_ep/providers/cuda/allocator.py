@@ -115,25 +115,28 @@ class PhysicalMemory:
     """A physical allocation from ``cuMemCreate`` (a multiple of the VMM granularity).
 
     Map it under a :class:`StableRegion`; :meth:`release` frees it (after
-    every mapping of it was unmapped) and returns its bytes to the ledger.
+    every mapping of it was unmapped) and returns its bytes to the ledger (when it
+    owns its reservation: :meth:`CudaAllocator.back_physical` pages do not).
     """
 
-    __slots__ = ("handle", "nbytes", "reservation", "_allocator", "released")
+    __slots__ = ("handle", "nbytes", "reservation", "_allocator", "released", "_owns")
 
     def __init__(self, handle: Any, nbytes: int, reservation: Reservation,
-                 allocator: CudaAllocator) -> None:
+                 allocator: CudaAllocator, owns_reservation: bool = True) -> None:
         self.handle = handle
         self.nbytes = nbytes
         self.reservation = reservation
         self._allocator = allocator
         self.released = False
+        self._owns = owns_reservation
 
     def release(self) -> None:
         """``cuMemRelease`` the handle (idempotent). Mapped ranges keep it alive until unmapped."""
         if not self.released:
             self.released = True
             check(driver().cuMemRelease(self.handle), "cuMemRelease")
-            self.reservation.release()
+            if self._owns:
+                self.reservation.release()
 
 
 class StableRegion:
@@ -451,6 +454,26 @@ class CudaAllocator:
             r.release()
             raise
         return PhysicalMemory(handle, size, r, self)
+
+    def back_physical(self, reservation: Reservation, nbytes: int) -> PhysicalMemory:
+        """Physical memory (``cuMemCreate``) of ``nbytes`` covered by the caller's reservation.
+
+        Charges nothing: the core reserved the bytes (the weight pager's window) and backs
+        it page by page. :meth:`PhysicalMemory.release` frees the handle only.
+
+        :raises ValueError: ``nbytes`` is not a multiple of the VMM granularity.
+        :raises CudaError: the driver refused; nothing is held.
+        """
+        self._drain_pending()
+        if reservation.released:
+            raise MemoryBudgetError(f"reservation {reservation.id} was released")
+        if nbytes <= 0 or nbytes % self.vmm_granularity:
+            raise ValueError(f"physical pages are positive multiples of the VMM granularity "
+                             f"{self.vmm_granularity}, got {nbytes}")
+        self.device.set_current()
+        handle = check(driver().cuMemCreate(nbytes, self._alloc_prop(), 0),
+                       f"cuMemCreate({nbytes})")
+        return PhysicalMemory(handle, nbytes, reservation, self, owns_reservation=False)
 
     def stable_region(self, nbytes: int, holder: str) -> StableRegion:
         """Reserve ``nbytes`` (rounded to the granularity) of virtual addresses, once.

@@ -8,6 +8,7 @@ stream. See docs/MEMORY.md.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -16,6 +17,9 @@ from onnx_ep.core.memory import Reservation
 from onnx_ep.providers.cuda import runtime
 from onnx_ep.providers.cuda.allocator import BLOCK_GRANULARITY, CudaAllocator, DeviceAllocation
 from onnx_ep.providers.cuda.tensor import DeviceTensor
+
+if TYPE_CHECKING:
+    from onnx_ep.providers.cuda.paging import CudaPagedRegion
 
 _runtimes: dict[int, CudaRuntime] = {}
 
@@ -91,6 +95,12 @@ class CudaRuntime:
 
     def default_stream(self) -> runtime.Stream:
         return self.cuda_device.default_stream
+
+    def stable_region(self, nbytes: int, holder: str) -> CudaPagedRegion:
+        """A VMM address range for weight streaming (the core's pager drives it)."""
+        from onnx_ep.providers.cuda.paging import CudaPagedRegion
+
+        return CudaPagedRegion(self.cuda_device, self.allocator, nbytes, holder)
 
     def reclaim(self) -> int:
         """Free the allocator's pooled blocks; bytes returned. Call on a refusal, then retry."""
