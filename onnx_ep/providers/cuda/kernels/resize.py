@@ -1,0 +1,328 @@
+"""Resize (opset 10+), Upsample (opset 9) and GridSample (opset 16+) on CUDA (resize.cu).
+
+One thread per output element recomputes its coordinates, coefficients and the weighted
+sums in float64 with cpu_reference's operations in cpu_reference's order (resize.py,
+grid.py; see resize.cu), then rounds once: EXACT.
+
+Resize's scales / sizes / roi stay on the device: the kernel reads them through their
+pointers (the coordinates need the actual scale values), and the output shape is the
+planned one (``outputs[0].shape``). The host checks only what shapes tell: exactly one
+of scales and sizes is non-empty, one value per resized axis, two roi values per axis
+for tf_crop_and_resize. Values the reference would reject (scales <= 0) are not checked
+on cuda (that needs a host read): the output is then unspecified.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from onnx_ep.core.kernel import ExecutionContext, NodeMeta, Support, TensorSpec
+from onnx_ep.providers.cuda.kernels.device_kernel import (
+    BF16,
+    F64,
+    I64,
+    PTR,
+    CudaKernel,
+    dtype_support,
+    launch,
+    normalize_axis,
+    prod,
+    struct_arg,
+    suffix,
+)
+
+BLOCK = 256
+MAX_DIMS = 8
+
+FLOATS = frozenset(d for d in (np.dtype(np.float32), np.dtype(np.float16), BF16)
+                   if d is not None)
+#: interpolation (linear / cubic) rounds float64 to these; int64 cannot saturate exactly
+INTERP_DTYPES = FLOATS | {np.dtype(np.uint8), np.dtype(np.int8), np.dtype(np.int32)}
+#: nearest only gathers
+NEAREST_DTYPES = INTERP_DTYPES | {np.dtype(np.int64)}
+
+MODES = {"nearest": 0, "linear": 1, "cubic": 2}
+COORDS = {"half_pixel": 0, "half_pixel_symmetric": 1, "pytorch_half_pixel": 2,
+          "align_corners": 3, "asymmetric": 4, "tf_crop_and_resize": 5,
+          "tf_half_pixel_for_nn": 6}
+NEAREST = {"round_prefer_floor": 0, "round_prefer_ceil": 1, "floor": 2, "ceil": 3,
+           "simple": 4}
+POLICIES = {"stretch": 0, "not_larger": 1, "not_smaller": 2}
+ROI_KINDS = {np.dtype(np.float32): 0, np.dtype(np.float16): 1, np.dtype(np.float64): 2}
+
+
+def _grid(n: int) -> tuple[int, int, int]:
+    return (max(1, min(-(-n // BLOCK), 65535 * 32)), 1, 1)
+
+
+class ResizeGeo(ctypes.Structure):
+    """``struct ResizeGeo`` of resize.cu (same field order, so the same layout)."""
+
+    _fields_ = [("in_", ctypes.c_int64 * MAX_DIMS), ("out", ctypes.c_int64 * MAX_DIMS),
+                ("stride", ctypes.c_int64 * MAX_DIMS), ("pos", ctypes.c_int32 * MAX_DIMS),
+                ("pairwise", ctypes.c_int32 * MAX_DIMS), ("ndim", ctypes.c_int32),
+                ("naxes", ctypes.c_int32), ("mode", ctypes.c_int32),
+                ("coord", ctypes.c_int32), ("nearest", ctypes.c_int32),
+                ("exclude_outside", ctypes.c_int32), ("antialias", ctypes.c_int32),
+                ("policy", ctypes.c_int32), ("roi_kind", ctypes.c_int32),
+                ("cubic_a", ctypes.c_double), ("extrapolation", ctypes.c_double)]
+
+
+class GridGeo(ctypes.Structure):
+    """``struct GridGeo`` of resize.cu."""
+
+    _fields_ = [("dims", ctypes.c_int64 * 3), ("out", ctypes.c_int64 * 3),
+                ("n", ctypes.c_int64), ("c", ctypes.c_int64), ("out_size", ctypes.c_int64),
+                ("nd", ctypes.c_int32), ("mode", ctypes.c_int32),
+                ("padding", ctypes.c_int32), ("align", ctypes.c_int32)]
+
+
+def resize_options(meta: NodeMeta) -> dict[str, Any]:
+    """The node's attributes as resize.py reads them (Resize-10 and Upsample: asymmetric
+    coordinates and onnxruntime's "simple" nearest)."""
+    if meta.op_type == "Upsample":
+        mode = meta.attr("mode", "nearest")
+        return {"mode": "linear" if mode == "bilinear" else mode, "coord": "asymmetric",
+                "nearest_mode": "simple", "cubic_a": -0.75, "exclude_outside": False,
+                "extrapolation_value": 0.0, "antialias": False,
+                "keep_aspect_ratio_policy": "stretch", "axes": None}
+    mode = meta.attr("mode", "nearest")
+    old = meta.opset < 11
+    return {
+        "mode": mode,
+        "coord": "asymmetric" if old else meta.attr("coordinate_transformation_mode",
+                                                    "half_pixel"),
+        "nearest_mode": "simple" if old else meta.attr("nearest_mode", "round_prefer_floor"),
+        "cubic_a": float(meta.attr("cubic_coeff_a", -0.75)),
+        "exclude_outside": bool(meta.attr("exclude_outside", 0)),
+        "extrapolation_value": float(meta.attr("extrapolation_value", 0.0)),
+        "antialias": bool(meta.attr("antialias", 0)) and mode != "nearest",
+        "keep_aspect_ratio_policy": meta.attr("keep_aspect_ratio_policy", "stretch"),
+        "axes": meta.attr("axes"),
+    }
+
+
+def resize_inputs(meta: NodeMeta, inputs: Sequence[Any]) -> tuple[Any, Any, Any]:
+    """``(roi, scales, sizes)`` among ``inputs`` (specs or tensors; ``None`` when absent)."""
+    def at(i: int) -> Any:
+        return inputs[i] if len(inputs) > i else None
+
+    if meta.op_type == "Upsample" or meta.opset < 11:
+        return None, at(1), None
+    return at(1), at(2), at(3)
+
+
+def resize_axes(meta: NodeMeta, rank: int, opts: dict[str, Any]) -> list[int] | None:
+    """The resized axes in attribute order (all axes without ``axes``), None if invalid."""
+    if opts["axes"] is None:
+        return list(range(rank))
+    axes = [normalize_axis(int(a), rank) for a in opts["axes"]]
+    if any(a is None for a in axes) or len(set(axes)) != len(axes):
+        return None
+    return [int(a) for a in axes if a is not None]
+
+
+def resize_geometry(x_shape: Sequence[int], y_shape: Sequence[int], axes: Sequence[int],
+                    opts: dict[str, Any], roi_dtype: Any = np.float32) -> ResizeGeo:
+    """THE kernel geometry: per dim sizes, strides, where its scale / size / roi sit, and
+    whether numpy sums its taps pairwise (the dim is innermost: nothing after it)."""
+    rank = len(x_shape)
+    g = ResizeGeo()
+    strides = [1] * rank
+    for d in range(rank - 2, -1, -1):
+        strides[d] = strides[d + 1] * int(x_shape[d + 1])
+    for d in range(rank):
+        g.in_[d] = int(x_shape[d])
+        g.out[d] = int(y_shape[d])
+        g.stride[d] = strides[d]
+        g.pos[d] = axes.index(d) if d in axes else -1
+        g.pairwise[d] = int(prod(x_shape[d + 1:]) == 1)
+    g.ndim = rank
+    g.naxes = len(axes)
+    g.mode = MODES[opts["mode"]]
+    g.coord = COORDS[opts["coord"]]
+    g.nearest = NEAREST[opts["nearest_mode"]]
+    g.exclude_outside = int(opts["exclude_outside"])
+    g.antialias = int(opts["antialias"])
+    g.policy = POLICIES[opts["keep_aspect_ratio_policy"]]
+    g.roi_kind = ROI_KINDS.get(np.dtype(roi_dtype), 0)
+    g.cubic_a = float(opts["cubic_a"])
+    g.extrapolation = float(opts["extrapolation_value"])
+    return g
+
+
+def int_bounds(dtype: Any) -> tuple[float, float]:
+    """Saturation bounds of an integer output (unused for floats)."""
+    dt = np.dtype(dtype)
+    if dt.kind not in "iu":
+        return 0.0, 0.0
+    info = np.iinfo(dt)
+    return float(info.min), float(info.max)
+
+
+class Resize(CudaKernel):
+    """Resize-10+ and Upsample-9: nearest / linear / cubic, every coordinate mode."""
+
+    source = "resize"
+
+    def supports(self, meta: NodeMeta) -> Support:
+        x = meta.inputs[0] if meta.inputs else None
+        if x is None:
+            return Support.no("input X is not a tensor of known dtype and rank")
+        if not 1 <= len(x.shape) <= MAX_DIMS:
+            return Support.no(f"X of rank {len(x.shape)}: cuda resizes ranks 1..{MAX_DIMS}")
+        opts = resize_options(meta)
+        if opts["mode"] not in MODES or (meta.op_type == "Upsample"
+                                         and opts["mode"] == "cubic"):
+            return Support.no(f"mode {opts['mode']!r} is not one of {', '.join(MODES)}")
+        if opts["coord"] not in COORDS:
+            return Support.no(f"coordinate_transformation_mode {opts['coord']!r} is unknown")
+        if opts["nearest_mode"] not in NEAREST:
+            return Support.no(f"nearest_mode {opts['nearest_mode']!r} is unknown")
+        if opts["keep_aspect_ratio_policy"] not in POLICIES:
+            return Support.no(f"keep_aspect_ratio_policy "
+                              f"{opts['keep_aspect_ratio_policy']!r} is unknown")
+        s = dtype_support(x.dtype, NEAREST_DTYPES if opts["mode"] == "nearest"
+                          else INTERP_DTYPES, "X")
+        if not s:
+            return s
+        if (opts["mode"] == "nearest" and opts["coord"] == "tf_crop_and_resize"
+                and x.dtype not in (np.float32, np.float16)):
+            return Support.no(f"nearest tf_crop_and_resize of {x.dtype}: the reference's "
+                              f"extrapolation turns the output into float64")
+        if resize_axes(meta, len(x.shape), opts) is None:
+            return Support.no(f"axes {opts['axes']} are not distinct axes of rank "
+                              f"{len(x.shape)}")
+        roi, scales, sizes = resize_inputs(meta, meta.inputs)
+        if scales is not None and scales.dtype != np.float32:
+            return Support.no(f"scales of dtype {scales.dtype}: cuda reads float32")
+        if sizes is not None and sizes.dtype != np.int64:
+            return Support.no(f"sizes of dtype {sizes.dtype}: cuda reads int64")
+        if (roi is not None and opts["coord"] == "tf_crop_and_resize"
+                and roi.dtype not in ROI_KINDS):
+            return Support.no(f"roi of dtype {roi.dtype}: cuda reads float16/32/64")
+        if scales is None and sizes is None:
+            return Support.no("neither scales nor sizes is given")
+        return Support.YES
+
+    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
+        # the output shape depends on the values of scales / sizes: the plan sizes it
+        return [None]
+
+    def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
+                               outputs: Sequence[Any], workspace: Any) -> None:
+        x, y = inputs[0], outputs[0]
+        if y.ndim != x.ndim:
+            raise self.fail(ctx, f"output rank {y.ndim} differs from input rank {x.ndim}")
+        if y.size == 0:
+            return
+        opts = resize_options(ctx.node)
+        axes = resize_axes(ctx.node, x.ndim, opts)
+        if axes is None:
+            raise self.fail(ctx, f"axes {opts['axes']} are not distinct axes of rank {x.ndim}")
+        roi, scales, sizes = resize_inputs(ctx.node, inputs)
+        scales = scales if scales is not None and scales.size else None
+        sizes = sizes if sizes is not None and sizes.size else None
+        if (scales is None) == (sizes is None):
+            raise self.fail(ctx, "exactly one of 'scales' and 'sizes' must be given (non-empty)")
+        given = scales if scales is not None else sizes
+        if given.size != len(axes):
+            raise self.fail(ctx, f"{'scales' if scales is not None else 'sizes'} hold "
+                                 f"{given.size} values for the {len(axes)} resized axes {axes}")
+        if sizes is not None and any(x.shape[a] == 0 for a in axes):
+            raise self.fail(ctx, f"cannot resize the empty axes of {tuple(x.shape)} to sizes")
+        if x.size == 0:
+            raise self.fail(ctx, f"cannot resize empty X {tuple(x.shape)} to "
+                                 f"{tuple(y.shape)}")
+        roi_dtype = np.float32
+        if opts["coord"] == "tf_crop_and_resize":
+            if roi is None or roi.size != 2 * len(axes):
+                raise self.fail(ctx, f"tf_crop_and_resize needs roi with 2 values per "
+                                     f"resized axis {axes}")
+            roi_dtype = roi.dtype
+        g = resize_geometry(x.shape, y.shape, axes, opts, roi_dtype)
+        lo, hi = int_bounds(x.dtype)
+        launch(self.function(f"resize_{suffix(x.dtype)}", x), _grid(y.size), (BLOCK, 1, 1),
+               [(x.ptr, PTR), (y.ptr, PTR), struct_arg(g),
+                (scales.ptr if scales is not None else 0, PTR),
+                (sizes.ptr if sizes is not None else 0, PTR),
+                (roi.ptr if roi is not None and opts["coord"] == "tf_crop_and_resize"
+                 else 0, PTR),
+                (y.size, I64), (lo, F64), (hi, F64)], ctx.stream)
+
+
+# ---------------------------------------------------------------- GridSample
+
+GRID_MODES = {"bilinear": 1, "bicubic": 2, "linear": 1, "cubic": 2, "nearest": 0}
+GRID_PADDING = {"zeros": 0, "border": 1, "reflection": 2}
+
+
+def grid_options(meta: NodeMeta) -> tuple[str, str, bool]:
+    mode = meta.attr("mode", "linear" if meta.opset >= 20 else "bilinear")
+    return mode, meta.attr("padding_mode", "zeros"), bool(meta.attr("align_corners", 0))
+
+
+class GridSample(CudaKernel):
+    """GridSample-16+: 1-3 spatial dims, nearest / linear / cubic, every padding mode."""
+
+    source = "resize"
+
+    def supports(self, meta: NodeMeta) -> Support:
+        x = meta.inputs[0] if meta.inputs else None
+        grid = meta.inputs[1] if len(meta.inputs) > 1 else None
+        if x is None or grid is None:
+            return Support.no("X and grid must be tensors of known dtype and rank")
+        s = dtype_support(x.dtype, FLOATS, "X")
+        if not s:
+            return s
+        if grid.dtype != x.dtype:
+            return Support.no(f"grid of dtype {grid.dtype} with X of {x.dtype}: cuda needs "
+                              f"one dtype")
+        nd = len(x.shape) - 2
+        if not 1 <= nd <= 3 or len(grid.shape) != nd + 2:
+            return Support.no(f"X of rank {len(x.shape)} with grid of rank {len(grid.shape)}: "
+                              f"cuda samples 1-3 spatial dims, grid (N, *out, nd)")
+        mode, padding, _ = grid_options(meta)
+        if mode not in GRID_MODES or padding not in GRID_PADDING:
+            return Support.no(f"mode {mode!r} / padding_mode {padding!r} is unknown")
+        return Support.YES
+
+    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
+        x, grid = meta.inputs[0], meta.inputs[1]
+        return [TensorSpec(x.dtype, (grid.shape[0], x.shape[1], *grid.shape[1:-1]))]
+
+    def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
+                               outputs: Sequence[Any], workspace: Any) -> None:
+        x, grid, y = inputs[0], inputs[1], outputs[0]
+        nd = x.ndim - 2
+        want = (grid.shape[0], x.shape[1], *grid.shape[1:-1])
+        if (grid.ndim != nd + 2 or grid.shape[-1] != nd or grid.shape[0] != x.shape[0]
+                or tuple(y.shape) != want):
+            raise self.fail(ctx, f"grid shape {tuple(grid.shape)} must be (N, *out, {nd}) for "
+                                 f"X {tuple(x.shape)} (Y planned as {tuple(y.shape)})")
+        if y.size == 0:
+            return
+        if any(d == 0 for d in x.shape[2:]):
+            raise self.fail(ctx, f"cannot sample empty X {tuple(x.shape)}")
+        mode, padding, align = grid_options(ctx.node)
+        g = GridGeo()
+        for i in range(nd):
+            g.dims[i] = int(x.shape[2 + i])
+            g.out[i] = int(grid.shape[1 + i])
+        g.n, g.c, g.out_size = int(x.shape[0]), int(x.shape[1]), prod(grid.shape[1:-1])
+        g.nd, g.mode, g.padding, g.align = nd, GRID_MODES[mode], GRID_PADDING[padding], \
+            int(align)
+        launch(self.function(f"grid_sample_{suffix(x.dtype)}", x), _grid(y.size),
+               (BLOCK, 1, 1), [(x.ptr, PTR), (grid.ptr, PTR), (y.ptr, PTR), struct_arg(g),
+                               (y.size, I64)], ctx.stream)
+
+
+KERNELS: list[Any] = [
+    Resize("Resize", since=10),
+    Resize("Upsample", since=9),
+    GridSample("GridSample", since=16),
+]

@@ -1,0 +1,444 @@
+"""Host-side logic of the CUDA Resize / GridSample kernels (no GPU): supports, the
+geometry structs, and a scalar Python replay of resize.cu's arithmetic.
+
+The replay (``_replay_resize`` / ``_replay_grid``) performs resize.cu's float64 operations
+in resize.cu's order, one output element at a time, from the same ``ResizeGeo`` the kernel
+receives. It must equal cpu_reference bit for bit: that is the EXACT promise, checked
+without a device (the GPU tests then check that the device does what the replay does).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from onnx_ep.core.kernel import ExecutionContext, NodeMeta, Parity, TensorSpec
+from onnx_ep.providers.cpu_reference import grid as ref_grid
+from onnx_ep.providers.cpu_reference import resize as ref_resize
+from onnx_ep.providers.cuda.kernels import resize as rs
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+F32 = np.dtype(np.float32)
+KERNELS = {k.key.op_type: k for k in rs.KERNELS}
+
+
+def _meta(op, inputs, opset=19, **attrs):
+    return NodeMeta(name="n", op_type=op, domain="", opset=opset, attrs=attrs,
+                    inputs=tuple(inputs), output_names=("y",))
+
+
+# ---------------------------------------------------------------- replay of resize.cu
+
+def _sum(vals, pairwise):
+    """np_sum of resize.cu (numpy's add.reduce order)."""
+    n = len(vals)
+    if pairwise and n >= 8:
+        return 0.0 + _pairwise(vals)
+    s = 0.0
+    for v in vals:
+        s += v
+    return s
+
+
+def _pairwise(a):
+    n = len(a)
+    if n < 8:
+        res = -0.0
+        for v in a:
+            res += v
+        return res
+    if n <= 128:
+        r = list(a[:8])
+        i = 8
+        while i < n - (n % 8):
+            for j in range(8):
+                r[j] += a[i + j]
+            i += 8
+        res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+        for v in a[i:]:
+            res += v
+        return res
+    n2 = n // 2
+    n2 -= n2 % 8
+    return _pairwise(a[:n2]) + _pairwise(a[n2:])
+
+
+def _cubic(s, a):
+    s = abs(s)
+    near = ((a + 2.0) * s - (a + 3.0)) * s * s + 1.0
+    far = ((a * s - 5.0 * a) * s + 8.0 * a) * s - 4.0 * a
+    return near if s <= 1.0 else (far if s < 2.0 else 0.0)
+
+
+def _replay_resize(x, y_shape, g, scales, sizes, roi):
+    xf = x.reshape(-1)
+    nd = g.ndim
+    pos = [g.pos[d] for d in range(nd)]
+    ins = [g.in_[d] for d in range(nd)]
+
+    def scale_of(d):
+        if pos[d] < 0:
+            return 1.0
+        if scales is not None:
+            return float(scales[pos[d]])
+        if g.policy == 0:
+            return float(sizes[pos[d]]) / float(ins[d])
+        common, first = 0.0, True
+        for e in range(nd):
+            if pos[e] < 0:
+                continue
+            s = float(sizes[pos[e]]) / float(ins[e])
+            if first or (s < common if g.policy == 1 else s > common):
+                common = s
+            first = False
+        return common
+
+    def coord_of(o, out_len, in_len, scale, lo, hi):
+        y, width, m = float(o), scale * in_len, g.coord
+        if m == 0:
+            return (y + 0.5) / scale - 0.5
+        if m == 1:
+            off = in_len / 2.0 * (1.0 - out_len / width)
+            return off + (y + 0.5) / scale - 0.5
+        if m == 2:
+            return (y + 0.5) / scale - 0.5 if width != 1.0 else -0.5
+        if m == 3:
+            return y * float(in_len - 1) / (width - 1.0) if width != 1.0 else 0.0
+        if m == 4:
+            return y / scale
+        if m == 6:
+            return (y + 0.5) / scale
+        if width == 1.0:
+            return (hi - lo) * float(in_len - 1) / 2.0 + lo * float(in_len - 1)
+        return y * (hi - lo) * float(in_len - 1) / (width - 1.0) + lo * float(in_len - 1)
+
+    def plan(d, o):
+        a = {"scale": scale_of(d), "outside": False, "aa": False}
+        lo, hi = 0.0, 1.0
+        if g.coord == 5 and pos[d] >= 0:
+            lo, hi = float(roi[pos[d]]), float(roi[g.naxes + pos[d]])
+        a["skip"] = g.out[d] == ins[d] and a["scale"] == 1.0 and lo == 0.0 and hi == 1.0
+        if a["skip"]:
+            a["base"] = o
+            return a
+        n_in = ins[d]
+        c = coord_of(o, g.out[d], n_in, a["scale"], lo, hi)
+        if g.coord == 5:
+            a["outside"] = c < 0.0 or c > float(n_in - 1)
+        if g.mode == 0:
+            fl = float(math.floor(c))
+            frac = c - fl
+            m = g.nearest
+            idx = ((fl if frac <= 0.5 else fl + 1.0) if m == 0 else
+                   (fl if frac < 0.5 else fl + 1.0) if m == 1 else fl if m == 2 else
+                   float(math.ceil(c)) if m == 3 else
+                   (float(math.ceil(c)) if a["scale"] < 1.0 else fl))
+            a["base"] = min(max(int(idx), 0), n_in - 1)
+            return a
+        base = float(math.floor(c))
+        ratio = c - base
+        if ratio == 0.0:
+            base, ratio = base - 1.0, 1.0
+        a["base"], a["ratio"] = int(base), ratio
+        a["aa"] = bool(g.antialias) and a["scale"] < 1.0
+        if a["aa"]:
+            support = 1.0 if g.mode == 1 else 2.0
+            a["start"] = int(math.floor(-support / a["scale"])) + 1
+            a["n"] = 2 - 2 * a["start"]
+        else:
+            a["start"], a["n"] = (0, 2) if g.mode == 1 else (-1, 4)
+
+        def raw(k):
+            off = float(a["start"] + k)
+            if a["aa"]:
+                dist = (off - ratio) * a["scale"]
+                if g.mode == 1:
+                    return min(max(1.0 - abs(dist), 0.0), 1.0)
+                return _cubic(dist, g.cubic_a)
+            if g.mode == 1:
+                return 1.0 - ratio if k == 0 else ratio
+            return _cubic(off - ratio, g.cubic_a)
+
+        coeffs = [raw(k) for k in range(a["n"])]
+        if a["aa"]:
+            t = _sum(coeffs, True)
+            coeffs = [c / t for c in coeffs]
+        if g.exclude_outside:
+            outs = [not 0 <= a["base"] + a["start"] + k < n_in for k in range(a["n"])]
+            coeffs = [0.0 if o else c for o, c in zip(outs, coeffs)]
+            t = _sum(coeffs, True)
+            t = 1.0 if t == 0.0 else t
+            coeffs = [c / t for c in coeffs]
+        a["coeffs"] = coeffs
+        return a
+
+    def interp(plans, dims, lvl, off):
+        if lvl < 0:
+            return float(xf[off])
+        d = dims[lvl]
+        a = plans[d]
+        if a["outside"]:
+            return g.extrapolation
+        vals = []
+        for k in range(a["n"]):
+            idx = min(max(a["base"] + a["start"] + k, 0), ins[d] - 1)
+            vals.append(interp(plans, dims, lvl - 1, off + idx * g.stride[d]) * a["coeffs"][k])
+        return _sum(vals, bool(g.pairwise[d]))
+
+    out = np.empty(int(np.prod(y_shape)), dtype=np.float64 if g.mode else x.dtype)
+    for i, o in enumerate(itertools.product(*[range(n) for n in y_shape])):
+        plans = [plan(d, o[d]) for d in range(nd)]
+        off = sum(p["base"] * g.stride[d] for d, p in enumerate(plans)
+                  if p["skip"] or g.mode == 0)
+        if g.mode == 0:
+            outside = any(p["outside"] for p in plans)
+            out[i] = np.array(g.extrapolation).astype(x.dtype) if outside else xf[off]
+            continue
+        dims = [d for d in range(nd) if not plans[d]["skip"]]
+        out[i] = interp(plans, dims, len(dims) - 1, off)
+    if g.mode and x.dtype.kind in "iu":
+        info = np.iinfo(x.dtype)
+        return np.clip(np.rint(out), info.min, info.max).astype(x.dtype).reshape(y_shape)
+    return out.astype(x.dtype).reshape(y_shape)
+
+
+def _reference(x, attrs, opset, scales=None, sizes=None, roi=None):
+    inputs = [x, roi, scales, sizes] if opset >= 11 else [x, scales]
+    specs = [None if v is None else TensorSpec(v.dtype, v.shape) for v in inputs]
+    meta = _meta("Resize", specs, opset, **attrs)
+    ctx = ExecutionContext(meta)
+    return meta, ref_resize.Resize("Resize").run(ctx, *inputs)
+
+
+def _replay(meta, x, y_shape, scales=None, sizes=None, roi=None):
+    opts = rs.resize_options(meta)
+    axes = rs.resize_axes(meta, x.ndim, opts)
+    g = rs.resize_geometry(x.shape, y_shape, axes, opts,
+                           roi.dtype if roi is not None else np.float32)
+    return _replay_resize(x, y_shape, g, scales, sizes, roi)
+
+
+def _f32(*v):
+    return np.array(v, dtype=np.float32)
+
+
+def _i64(*v):
+    return np.array(v, dtype=np.int64)
+
+
+CASES = [
+    # (attrs, opset, shape, scales, sizes, roi)
+    ({"mode": "nearest"}, 19, (1, 1, 2, 2), _f32(1, 1, 2, 3), None, None),
+    ({"mode": "nearest"}, 19, (1, 1, 2, 4), _f32(1, 1, 0.6, 0.6), None, None),
+    ({"mode": "nearest", "nearest_mode": "ceil",
+      "coordinate_transformation_mode": "half_pixel"}, 19, (1, 1, 4, 4), None,
+     _i64(1, 1, 8, 8), None),
+    ({"mode": "nearest", "nearest_mode": "floor",
+      "coordinate_transformation_mode": "align_corners"}, 19, (1, 1, 4, 4), None,
+     _i64(1, 1, 8, 8), None),
+    ({"mode": "nearest", "nearest_mode": "round_prefer_ceil",
+      "coordinate_transformation_mode": "asymmetric"}, 19, (1, 1, 4, 4), None,
+     _i64(1, 1, 8, 8), None),
+    ({"mode": "nearest", "nearest_mode": "round_prefer_ceil",
+      "coordinate_transformation_mode": "tf_half_pixel_for_nn"}, 19, (1, 3, 5), None,
+     _i64(1, 3, 9), None),
+    ({"mode": "nearest", "axes": [3, 2], "keep_aspect_ratio_policy": "not_larger"}, 19,
+     (1, 1, 2, 2), None, _i64(7, 8), None),
+    ({"mode": "nearest", "keep_aspect_ratio_policy": "not_smaller", "axes": [2, 3]}, 19,
+     (1, 1, 4, 4), None, _i64(3, 2), None),
+    ({"mode": "linear"}, 19, (1, 1, 4, 4), _f32(1, 1, 0.6, 0.6), None, None),
+    ({"mode": "linear", "coordinate_transformation_mode": "align_corners"}, 19,
+     (1, 1, 2, 2), _f32(1, 1, 2, 2), None, None),
+    ({"mode": "linear", "coordinate_transformation_mode": "half_pixel_symmetric"}, 19,
+     (1, 1, 4, 4), _f32(1, 1, 0.6, 0.6), None, None),
+    ({"mode": "linear", "coordinate_transformation_mode": "pytorch_half_pixel"}, 19,
+     (1, 1, 4, 4), None, _i64(1, 1, 3, 1), None),
+    ({"mode": "linear", "antialias": 1}, 19, (1, 1, 4, 4), _f32(1, 1, 0.6, 0.6), None, None),
+    ({"mode": "linear", "antialias": 1}, 19, (2, 3, 40), None, _i64(2, 3, 3), None),
+    ({"mode": "linear", "antialias": 1}, 19, (3, 200), None, _i64(3, 2), None),
+    ({"mode": "cubic", "antialias": 1}, 19, (40, 30), None, _i64(3, 4), None),
+    ({"mode": "cubic"}, 19, (1, 1, 4, 4), _f32(1, 1, 0.8, 0.8), None, None),
+    ({"mode": "cubic", "cubic_coeff_a": -0.5, "exclude_outside": 1}, 19, (1, 1, 4, 4),
+     _f32(1, 1, 1.7, 1.7), None, None),
+    ({"mode": "cubic", "coordinate_transformation_mode": "asymmetric"}, 19, (1, 1, 4, 4),
+     _f32(1, 1, 2, 2), None, None),
+    ({"mode": "cubic", "coordinate_transformation_mode": "align_corners"}, 19,
+     (1, 1, 4, 4), None, _i64(1, 1, 9, 10), None),
+    ({"mode": "linear", "coordinate_transformation_mode": "tf_crop_and_resize"}, 19,
+     (1, 1, 4, 4), None, _i64(1, 1, 3, 3), _f32(0, 0, 0.4, 0.6, 1, 1, 0.6, 0.8)),
+    ({"mode": "linear", "coordinate_transformation_mode": "tf_crop_and_resize",
+      "extrapolation_value": 10.0}, 19, (1, 1, 4, 4), None, _i64(1, 1, 3, 3),
+     _f32(0, 0, 0.4, 0.6, 1, 1, 1.2, 1.7)),
+    ({"mode": "linear", "coordinate_transformation_mode": "tf_crop_and_resize",
+      "axes": [3, 2]}, 19, (1, 1, 4, 4), None, _i64(3, 3), _f32(0.6, 0.4, 0.8, 0.6)),
+    ({"mode": "nearest", "coordinate_transformation_mode": "tf_crop_and_resize",
+      "extrapolation_value": -3.0}, 19, (1, 1, 4, 4), None, _i64(1, 1, 3, 3),
+     _f32(0, 0, 0.4, 0.6, 1, 1, 1.2, 1.7)),
+    ({"mode": "linear"}, 10, (1, 1, 2, 4), _f32(1, 1, 2, 1.5), None, None),
+    ({"mode": "nearest"}, 10, (1, 1, 2, 4), _f32(1, 1, 0.6, 0.6), None, None),
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "uint8"])
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_replay_of_resize_cu_equals_the_reference_bit_for_bit(case, dtype):
+    attrs, opset, shape, scales, sizes, roi = CASES[case]
+    dt = BF16 if dtype == "bfloat16" else np.dtype(dtype)
+    rng = np.random.default_rng(case)
+    if dt.kind == "u":
+        x = rng.integers(0, 256, size=shape).astype(dt)
+    else:
+        x = (rng.standard_normal(shape) * 3).astype(np.float32).astype(dt)
+    meta, want = _reference(x, attrs, opset, scales, sizes, roi)
+    if not KERNELS["Resize"].supports(meta):
+        pytest.skip(f"declined: {KERNELS['Resize'].supports(meta).reason}")
+    got = _replay(meta, x, want.shape, scales, sizes, roi)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+# ---------------------------------------------------------------- supports / structs
+
+def test_resize_geo_matches_the_cu_struct_layout():
+    # 3 x 8 int64, 2 x 8 int32, 9 int32 (+4 padding), 2 doubles
+    assert ctypes.sizeof(rs.ResizeGeo) == 192 + 64 + 36 + 4 + 16
+    assert rs.ResizeGeo.cubic_a.offset == 296
+    assert ctypes.sizeof(rs.GridGeo) == 48 + 24 + 16
+
+
+def test_resize_geometry_flags_innermost_axes_for_pairwise_sums():
+    opts = rs.resize_options(_meta("Resize", [TensorSpec(F32, (2, 3, 4, 1))],
+                                   mode="linear"))
+    g = rs.resize_geometry((2, 3, 4, 1), (2, 3, 8, 1), [2, 3], opts)
+    assert [g.pairwise[d] for d in range(4)] == [0, 0, 1, 1]
+    assert [g.pos[d] for d in range(4)] == [-1, -1, 0, 1]
+    assert [g.stride[d] for d in range(4)] == [12, 4, 1, 1]
+
+
+@pytest.mark.parametrize("dtype,mode,ok", [
+    (F32, "cubic", True), (np.dtype(np.float16), "linear", True), (BF16, "nearest", True),
+    (np.dtype(np.uint8), "linear", True), (np.dtype(np.int64), "nearest", True),
+    (np.dtype(np.int64), "linear", False), (np.dtype(np.float64), "linear", False),
+])
+def test_resize_supports_dtypes_by_mode(dtype, mode, ok):
+    meta = _meta("Resize", [TensorSpec(dtype, (1, 1, "H", "W")), None,
+                            TensorSpec(F32, (4,))], mode=mode)
+    assert bool(KERNELS["Resize"].supports(meta)) is ok
+
+
+def test_resize_declines_unknown_modes_and_int_crop_extrapolation():
+    x = TensorSpec(np.dtype(np.uint8), (1, 1, 4, 4))
+    sizes = TensorSpec(np.dtype(np.int64), (4,))
+    meta = _meta("Resize", [x, TensorSpec(F32, (8,)), None, sizes], mode="nearest",
+                 coordinate_transformation_mode="tf_crop_and_resize")
+    assert not KERNELS["Resize"].supports(meta)
+    assert not KERNELS["Resize"].supports(_meta("Resize", [x, None, None, sizes],
+                                                mode="bicubic"))
+    assert not KERNELS["Resize"].supports(_meta("Resize", [x, None, None, sizes],
+                                                axes=[2, 2]))
+    assert KERNELS["Resize"].supports(_meta("Resize", [x, None, None, sizes], axes=[-1, 2]))
+
+
+def test_resize_promises_exact_and_leaves_the_shape_to_the_plan():
+    meta = _meta("Resize", [TensorSpec(F32, (1, 1, 4, 4)), None, TensorSpec(F32, (4,))])
+    assert KERNELS["Resize"].bind(meta).parity == Parity.EXACT
+    assert KERNELS["Resize"].infer_outputs(meta) == [None]
+
+
+# ---------------------------------------------------------------- GridSample
+
+def _replay_grid(x, grid, mode, padding, align):
+    nd = x.ndim - 2
+    dims = x.shape[2:]
+    out_shape = (grid.shape[0], x.shape[1], *grid.shape[1:-1])
+    xf = x.astype(np.float64)
+    out = np.empty(out_shape, dtype=np.float64)
+
+    def bounds(d):
+        return (0.0, d - 1.0) if align else (-0.5, d - 0.5)
+
+    def reflect(v, lo, hi):
+        span = hi - lo
+        if span <= 0:
+            return lo
+        below, above = v < lo, v > hi
+        dx = lo - v if below else v - hi
+        n = math.floor(dx / span)
+        r = dx - n * span
+        even = math.fmod(n, 2.0) == 0.0
+        return ((lo + r if even else hi - r) if below else
+                (hi - r if even else lo + r) if above else v)
+
+    def pixel(n, c, idx):
+        valid, fixed = True, []
+        for j, d in zip(idx, dims):
+            if padding == 2:
+                j = int(math.trunc(reflect(float(j), *bounds(d))))
+            valid = valid and 0 <= j < d
+            fixed.append(min(max(j, 0), d - 1))
+        v = float(xf[(n, c, *fixed)])
+        return 0.0 if padding == 0 and not valid else v
+
+    for n, c, *o in itertools.product(*[range(s) for s in out_shape]):
+        gv = [float(grid[(n, *o, nd - 1 - i)]) for i in range(nd)]
+        coords = []
+        for i, d in enumerate(dims):
+            cc = (gv[i] + 1.0) / 2.0 * (d - 1.0) if align else ((gv[i] + 1.0) * d - 1.0) / 2.0
+            if mode == 0:
+                cc = float(np.rint(cc))
+            if padding == 1 and mode != 2:
+                cc = min(max(cc, 0.0), d - 1.0)
+            elif padding == 2:
+                cc = reflect(cc, *bounds(d))
+            coords.append(cc)
+        if mode == 0:
+            out[(n, c, *o)] = pixel(n, c, [int(cc) for cc in coords])
+            continue
+        base = [math.floor(cc) for cc in coords]
+        frac = [cc - b for cc, b in zip(coords, base)]
+        offs = (0, 1) if mode == 1 else (-1, 0, 1, 2)
+        ws = [[1.0 - f, f] if mode == 1 else list(ref_grid._cubic_weights(np.float64(f)))
+              for f in frac]
+        acc = 0.0
+        for combo in itertools.product(range(len(offs)), repeat=nd):
+            w = 1.0
+            for i, k in enumerate(combo):
+                w = w * float(ws[i][k])
+            acc = acc + w * pixel(n, c, [b + offs[k] for b, k in zip(base, combo)])
+        out[(n, c, *o)] = acc
+    return out.astype(x.dtype)
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic", "nearest"])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align", [0, 1])
+def test_replay_of_grid_sample_equals_the_reference_bit_for_bit(mode, padding, align):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 2, 3, 4)).astype(np.float32)
+    grid = (rng.standard_normal((1, 3, 5, 2)) * 0.9).astype(np.float32)
+    meta = _meta("GridSample", [TensorSpec(F32, x.shape), TensorSpec(F32, grid.shape)], 16,
+                 mode=mode, padding_mode=padding, align_corners=align)
+    want = ref_grid.GridSample("GridSample").run(ExecutionContext(meta), x, grid)
+    got = _replay_grid(x, grid, rs.GRID_MODES[mode], rs.GRID_PADDING[padding], align)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    assert KERNELS["GridSample"].supports(meta)
+    assert KERNELS["GridSample"].infer_outputs(meta) == [TensorSpec(F32, (1, 2, 3, 5))]
+
+
+def test_grid_sample_volumetric_replay_and_declines():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((1, 1, 3, 2, 4)).astype(np.float32)
+    grid = (rng.standard_normal((1, 2, 2, 3, 3)) * 1.2).astype(np.float32)
+    meta = _meta("GridSample", [TensorSpec(F32, x.shape), TensorSpec(F32, grid.shape)], 20,
+                 mode="linear", padding_mode="reflection")
+    want = ref_grid.GridSample("GridSample").run(ExecutionContext(meta), x, grid)
+    got = _replay_grid(x, grid, 1, 2, False)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    mixed = _meta("GridSample", [TensorSpec(F32, x.shape),
+                                 TensorSpec(np.dtype(np.float16), grid.shape)], 20)
+    assert not KERNELS["GridSample"].supports(mixed)
