@@ -111,9 +111,12 @@ def _values(dtype: np.dtype, n: int, rng, *, specials: bool = False) -> np.ndarr
         return rng.integers(0, 2, n).astype(np.bool_)
     if dtype.kind in "iu":
         info = np.iinfo(dtype)
-        v = rng.integers(info.min, info.max, n, endpoint=True, dtype=np.int64)
-        v[: min(n, 40)] = np.arange(-20, 20)[: min(n, 40)].clip(info.min, info.max)
-        return v.astype(dtype)
+        v = rng.integers(info.min, info.max, n, endpoint=True, dtype=dtype)
+        lo = max(int(info.min), -20)  # small values, and every edge, first
+        v[: min(n, 40)] = np.arange(lo, lo + 40)[: min(n, 40)].astype(dtype)
+        v[40:44][: max(0, min(n, 44) - 40)] = np.array(
+            [info.min, info.max, info.min + 1, info.max - 1], dtype=dtype)[: max(0, min(n, 44) - 40)]
+        return v
     scale = rng.choice([1e-3, 0.3, 1.0, 3.0, 30.0], n)
     v = rng.standard_normal(n) * scale
     if specials:
@@ -126,6 +129,7 @@ def _values(dtype: np.dtype, n: int, rng, *, specials: bool = False) -> np.ndarr
 UNARY_CASES = [(k.key.op_type, dt) for k in elementwise.KERNELS if k.family == "unary"
                for dt in sorted(k.dtypes, key=str)]
 BINARY_CASES = [(k.key.op_type, dt) for k in elementwise.KERNELS if k.family == "binary"
+                and k.key.op_type not in ("BitShift", "PRelu")  # own tests below
                 for dt in sorted(k.dtypes, key=str)]
 
 
@@ -136,8 +140,14 @@ def _unary_attrs(op: str) -> list[dict]:
         return [{}, {"alpha": float(np.float32(0.2))}]
     if op == "HardSigmoid":
         return [{}, {"alpha": float(np.float32(0.3)), "beta": float(np.float32(0.4))}]
-    if op in ("Elu", "Selu"):
+    if op in ("Elu", "Selu", "Celu", "Swish"):
         return [{}, {"alpha": float(np.float32(1.5))}]
+    if op == "ThresholdedRelu":
+        return [{}, {"alpha": float(np.float32(-0.25))}]
+    if op == "Shrink":
+        return [{}, {"lambd": float(np.float32(1.25)), "bias": float(np.float32(0.3))}]
+    if op == "IsInf":
+        return [{}, {"detect_positive": 0}, {"detect_negative": 0}]
     return [{}]
 
 
@@ -205,8 +215,9 @@ def test_where_bytes_equal_reference(dtype, stream, allocator):
                        _reference("Where", [c, x, y], meta), [c, x, y])
 
 
-CAST_CASES = [(s, d) for s in sorted(elementwise.ALL, key=str)
-              for d in sorted(elementwise.ALL, key=str)]
+CAST_DTYPES = sorted((np.dtype(t) for t in (np.float32, np.float16, BF16, np.float64, np.int64,
+                                             np.int32, np.int8, np.uint8, np.bool_)), key=str)
+CAST_CASES = [(s, d) for s in CAST_DTYPES for d in CAST_DTYPES]
 
 
 @pytest.mark.parametrize("src,dst", CAST_CASES, ids=[f"{s}-{d}" for s, d in CAST_CASES])
@@ -281,3 +292,70 @@ def test_clip_attribute_bounds_before_opset_11(dtype, stream, allocator):
         meta = _meta("Clip", [x], opset=6, **attrs)
         _assert_same_bytes("Clip", _run_cuda("Clip", [x], meta, stream, allocator),
                            _reference("Clip", [x], meta), [x], nan_payload=False)
+
+
+SHIFT_DTYPES = sorted(elementwise.INTS, key=str)
+
+
+@pytest.mark.parametrize("dtype", SHIFT_DTYPES, ids=str)
+def test_bitshift_equals_numpy_including_counts_past_the_width(dtype, stream, allocator):
+    """numpy's shifts: a count >= the width (or negative) gives 0, or -1 for a right shift
+    of a negative value; the kernels must do the same, not C's undefined behaviour."""
+    rng = np.random.default_rng(9)
+    dt = np.dtype(dtype)
+    width = 8 * dt.itemsize
+    counts = np.array([0, 1, 3, width - 1, width, width + 1, 2 * width, 100,
+                       *rng.integers(0, width, 24)], dtype=np.int64)
+    if dt.kind == "i":
+        counts = np.concatenate([counts, [-1, -width, -100]])
+    counts = counts.astype(dt)
+    x = _values(dt, 7 * counts.size, rng).reshape(7, counts.size)
+    for direction in ("LEFT", "RIGHT"):
+        for a, b in ((x, counts), (x, counts[None, :].repeat(7, 0)), (x[:, :1], counts)):
+            meta = _meta("BitShift", [a, b], direction=direction)
+            _assert_same_bytes("BitShift", _run_cuda("BitShift", [a, b], meta, stream, allocator),
+                               _reference("BitShift", [a, b], meta), [a, b])
+
+
+PRELU_DTYPES = sorted(elementwise.ROWS["PRelu"].dtypes, key=str)
+
+
+@pytest.mark.parametrize("dtype", PRELU_DTYPES, ids=str)
+def test_prelu_slope_broadcast_equals_reference(dtype, stream, allocator):
+    rng = np.random.default_rng(10)
+    x = _values(dtype, 4 * 5 * 6, rng, specials=True).reshape(4, 5, 6)
+    slope = _values(dtype, 4 * 5 * 6, rng, specials=True).reshape(4, 5, 6)
+    for s in (slope, slope[0, :, :1], slope[0, 0], slope[0, 0, :1], slope[0, 0, 0]):
+        s = np.ascontiguousarray(s)
+        meta = _meta("PRelu", [x, s])
+        _assert_same_bytes("PRelu", _run_cuda("PRelu", [x, s], meta, stream, allocator),
+                           _reference("PRelu", [x, s], meta), [x, s], nan_payload=False)
+
+
+VARIADIC_CASES = [(k.key.op_type, dt) for k in elementwise.KERNELS if k.family == "variadic"
+                  for dt in sorted(k.dtypes, key=str)]
+
+
+@pytest.mark.parametrize("op,dtype", VARIADIC_CASES, ids=[f"{o}-{d}" for o, d in VARIADIC_CASES])
+def test_variadic_fold_equals_reference(op, dtype, stream, allocator):
+    """1, 2, 3 and 4 inputs with broadcasting; every step rounds like the reference's."""
+    rng = np.random.default_rng(11)
+    a = _values(dtype, 3 * 4 * 5, rng, specials=True).reshape(3, 4, 5)
+    b = _values(dtype, 4 * 5, rng, specials=True).reshape(4, 5)
+    c = _values(dtype, 3 * 4, rng).reshape(3, 4, 1)
+    d = _values(dtype, 5, rng, specials=True)
+    for arrays in ([a], [b, a], [a, b], [c, d], [a, b, c], [d, c, b, a], [a, a, a]):
+        meta = _meta(op, arrays)
+        _assert_same_bytes(op, _run_cuda(op, arrays, meta, stream, allocator),
+                           _reference(op, arrays, meta), arrays, nan_payload=False)
+
+
+def test_mean_rounds_the_sum_before_dividing(stream, allocator):
+    """float16 Mean of 3 inputs: the sum is rounded to float16 at each step (it overflows
+    to inf here), as the reference's chain of float16 adds does."""
+    x = np.full((4,), 40000.0, np.float16)
+    arrays = [x, x, -x]
+    meta = _meta("Mean", arrays)
+    got = _run_cuda("Mean", arrays, meta, stream, allocator)
+    want = _reference("Mean", arrays, meta)
+    _assert_same_bytes("Mean", got, want, arrays, nan_payload=False)

@@ -102,8 +102,9 @@ def test_dtype_suffixes_and_cpp_types():
     assert suffix(np.float32) == "f32" and suffix(np.float16) == "f16"
     assert suffix(ml_dtypes.bfloat16) == "bf16" and suffix(np.bool_) == "b8"
     assert {v[1] for v in elementwise.DTYPES.values()} == {
-        "float", "__half", "__nv_bfloat16", "double", "int64_t", "int32_t", "int8_t",
-        "uint8_t", "bool"}
+        "float", "__half", "__nv_bfloat16", "double", "int64_t", "int32_t", "int16_t", "int8_t",
+        "uint64_t", "uint32_t", "uint16_t", "uint8_t", "bool"}
+    assert suffix(np.int16) == "i16" and suffix(np.uint64) == "u64"
     with pytest.raises(KeyError):
         suffix(np.complex64)
 
@@ -112,25 +113,29 @@ def _symbols(source: str) -> set[str]:
     """Kernel names the macros of ``source`` instantiate (parsed, not compiled)."""
     text = (KERNELS_DIR / f"{source}.cu").read_text()
     names = set(re.findall(r'extern "C" __global__ void (\w+)\(', text))
-    macro_calls = re.findall(r"\b(UNARY_F4|UNARY_F|UNARY_I3|UNARY_I|ISNAN|BIN_FLOATS|BIN_INTS|BIN_F|"
-                             r"POW_F|CMP_NUM|CMP|WHERE|CAST_FROM|CLIP_F|CLIP_I)\(([^()]*)\)", text)
-    float_sfx, int3 = ["f32", "f16", "bf16", "f64"], ["i64", "i32", "i8"]
+    macro_calls = re.findall(r"\b(UNARY_F4|UNARY_F|UNARY_SI|UNARY_UI|UNARY_I|ISNAN|ISINF|BIN_FLOATS|"
+                             r"BIN_INTS|BIN_F|POW_F|CMP_NUM|CMP|WHERE|CAST_FROM|CLIP_F|CLIP_I)"
+                             r"\(([^()]*)\)", text)
+    float_sfx = ["f32", "f16", "bf16", "f64"]
+    signed, unsigned = ["i64", "i32", "i16", "i8"], ["u64", "u32", "u16", "u8"]
     for macro, args in macro_calls:
         a = [s.strip() for s in args.split(",")]
         if macro in ("UNARY_F4", "BIN_FLOATS"):
             names |= {f"{a[0]}_{s}" for s in float_sfx}
-        elif macro == "UNARY_I3":
-            names |= {f"{a[0]}_{s}" for s in int3}
+        elif macro == "UNARY_SI":
+            names |= {f"{a[0]}_{s}" for s in signed}
+        elif macro == "UNARY_UI":
+            names |= {f"{a[0]}_{s}" for s in unsigned}
         elif macro == "BIN_INTS":
-            names |= {f"{a[0]}_{s}" for s in int3 + ["u8"]}
+            names |= {f"{a[0]}_{s}" for s in signed + unsigned}
         elif macro == "CMP_NUM":
-            names |= {f"{a[0]}_{s}" for s in float_sfx + int3 + ["u8"]}
+            names |= {f"{a[0]}_{s}" for s in float_sfx + signed + unsigned}
         elif macro in ("UNARY_F", "UNARY_I", "BIN_F", "CMP"):
             if a[0] not in ("NAME",):
                 names.add(f"{a[0]}_{a[3]}")
-        elif macro in ("ISNAN",):
+        elif macro in ("ISNAN", "ISINF"):
             if a[0] != "T":
-                names.add(f"isnan_{a[1]}")
+                names.add(f"{macro.lower()}_{a[1]}")
         elif macro == "POW_F":
             if a[0] != "T":
                 names.add(f"pow_{a[1]}")
@@ -143,7 +148,7 @@ def _symbols(source: str) -> set[str]:
         elif macro == "CAST_FROM":
             if a[0] != "S":
                 names |= {f"cast_{a[1]}_{d}" for d in
-                          ("f32", "f16", "bf16", "f64", "i64", "i32", "i8", "u8", "b8")}
+                          re.findall(r"CAST\(S, SS, [^,]+, (\w+)\)", text)}
     return names
 
 
@@ -152,13 +157,21 @@ def test_every_supported_row_and_dtype_has_a_cuda_symbol():
     for k in elementwise.KERNELS:
         for dt in k.dtypes:
             shapes = [(dt, (2, 3))] * (3 if k.key.op_type == "Where" else
-                                       2 if k.family == "binary" else 1)
+                                       2 if k.family in ("binary", "variadic") else 1)
             if k.key.op_type == "Where":
                 shapes[0] = (np.bool_, (2, 3))
-            m = meta(k.key.op_type, *shapes)
+            attrs = {"direction": "LEFT"} if k.key.op_type == "BitShift" else {}
+            m = meta(k.key.op_type, *shapes, **attrs)
             assert k.supports(m), (k, dt, k.supports(m))
             bound = k.bind(m)
+            if k.family == "variadic":
+                assert bound.pair.symbol in have, bound.pair.symbol
+                if bound.divide is not None:
+                    assert bound.divide.symbol in have, bound.divide.symbol
+                continue
             assert bound.symbol in have, bound.symbol
+            if k.key.op_type == "BitShift":
+                assert k.bind(meta("BitShift", *shapes, direction="RIGHT")).symbol in have
             if k.key.op_type == "Mod":
                 assert k.bind(meta("Mod", *shapes, fmod=1)).symbol in have
             if k.key.op_type == "Gelu":
@@ -166,8 +179,8 @@ def test_every_supported_row_and_dtype_has_a_cuda_symbol():
             if k.key.op_type == "Clip":
                 assert k.bind(meta("Clip", (dt, (2, 3)), (dt, ()), (dt, ()))).symbol in have
     cast_have = _symbols("cast")
-    for src in elementwise.ALL:
-        for dst in elementwise.ALL:
+    for src in cast.DTYPES:
+        for dst in cast.DTYPES:
             b = cast.KERNELS[0].bind(meta("Cast", (src, (4,)), to=_onnx_type(dst)))
             assert b.symbol in cast_have
 
@@ -204,7 +217,6 @@ def test_supports_declines_with_reasons():
     assert not row("Add").supports(meta("Add", (f32, (3,)), (f32, (4,))))
     assert not row("Add").supports(meta("Add", (f32, (2, 3)), (f32, (3,)), opset=6))
     assert row("Add").supports(meta("Add", (f32, (2, 3)), (f32, (2, 3)), opset=6))
-    assert not row("Max").supports(meta("Max", (f32, (3,)), (f32, (3,)), (f32, (3,))))
     assert not row("Pow").supports(meta("Pow", (f64, (3,)), (f64, (3,))))
     assert not row("Pow").supports(meta("Pow", (f32, (3,)), (np.int64, (3,))))
     assert not row("Mod").supports(meta("Mod", (f32, (3,)), (f32, (3,)), fmod=2))
@@ -220,8 +232,8 @@ def test_supports_declines_with_reasons():
     assert c.supports(meta("Cast", (f32, (3,)), to=10))                 # FLOAT16
     assert c.supports(meta("Cast", (f32, (3,)), to="INT64", opset=5))   # named before opset 6
     assert not c.supports(meta("Cast", (f32, (3,)), to=8))              # STRING
-    assert not c.supports(meta("Cast", (f32, (3,)), to=17))             # FLOAT8E4M3FN
-    assert not c.supports(meta("Cast", (np.uint16, (3,)), to=1))
+    assert c.supports(meta("Cast", (f32, (3,)), to=17))                 # FLOAT8E4M3FN
+    assert c.supports(meta("Cast", (np.uint16, (3,)), to=1))
     like = cast.KERNELS[1]
     assert like.supports(meta("CastLike", (f32, (3,)), (ml_dtypes.bfloat16, (1,))))
 
@@ -299,3 +311,81 @@ def test_gelu_tanh_declares_a_tolerance_and_the_rest_stay_exact():
         assert p.atol >= elementwise.GELU_TANH_ATOL
         assert gelu.bind(meta("Gelu", (dt, (3,)))).parity == Parity.EXACT
     assert row("Relu").bind(meta("Relu", (np.float16, (3,)))).parity == Parity.EXACT
+
+
+WIDE_INTS = (np.int16, np.uint16, np.uint32, np.uint64)
+
+
+@pytest.mark.parametrize("dt", WIDE_INTS, ids=lambda d: np.dtype(d).name)
+def test_every_integer_dtype_runs_the_integer_rows(dt):
+    for op in ("Add", "Sub", "Mul", "Div", "Mod", "Pow", "Max", "Min", "Sum", "Equal", "Less",
+               "LessOrEqual", "Greater", "GreaterOrEqual", "BitwiseAnd", "BitwiseOr",
+               "BitwiseXor", "PRelu"):
+        assert row(op).supports(meta(op, (dt, (2, 3)), (dt, (3,)))), op
+    for op in ("Abs", "Sign", "BitwiseNot", "Clip"):
+        assert row(op).supports(meta(op, (dt, (4,)))), op
+    assert row("Where").supports(meta("Where", (np.bool_, (2,)), (dt, (2,)), (dt, ())))
+    assert row("BitShift").supports(meta("BitShift", (dt, (2,)), (dt, (2,)), direction="RIGHT"))
+    signed = np.dtype(dt).kind == "i"
+    assert bool(row("Neg").supports(meta("Neg", (dt, (4,))))) == signed
+    assert bool(row("Relu").supports(meta("Relu", (dt, (4,))))) == signed
+    assert row("Cast").supports(meta("Cast", (dt, (3,)), to=1))
+
+
+def test_bitshift_direction_picks_the_symbol():
+    u32 = np.uint32
+    bs = row("BitShift")
+    assert bs.bind(meta("BitShift", (u32, (3,)), (u32, ()), direction="LEFT")).symbol == "shl_u32"
+    assert bs.bind(meta("BitShift", (u32, (3,)), (u32, ()), direction=b"RIGHT")).symbol \
+        == "shr_u32"
+    assert "direction" in bs.supports(meta("BitShift", (u32, (3,)), (u32, ()))).reason
+    assert not bs.supports(meta("BitShift", (np.float32, (3,)), (np.float32, ()),
+                                direction="LEFT"))
+
+
+def test_prelu_slope_broadcasts_to_x_only():
+    f32 = np.float32
+    pr = row("PRelu")
+    assert pr.supports(meta("PRelu", (f32, (2, 3, 4)), (f32, (3, 1))))
+    assert pr.supports(meta("PRelu", (np.int32, (2, 3)), (np.int32, (1,))))
+    assert "growing" in pr.supports(meta("PRelu", (f32, (3, 1)), (f32, (4,)))).reason
+    assert not pr.supports(meta("PRelu", (f32, (3,)), (f32, (2, 3))))
+    assert pr.bind(meta("PRelu", (f32, (2, 3)), (f32, (3,)))).symbol == "prelu_f32"
+
+
+def test_variadic_rows_fold_any_number_of_inputs():
+    f32, f16 = np.float32, np.float16
+    for op in ("Sum", "Max", "Min", "Mean"):
+        k = row(op)
+        assert k.family == "variadic"
+        assert k.supports(meta(op, (f32, (2, 1, 4))))
+        assert k.supports(meta(op, (f32, (2, 1, 4)), (f32, (3, 1)), (f32, ()), (f32, (4,))))
+        assert k.infer_outputs(meta(op, (f32, (2, 1, 4)), (f32, (3, 1)), (f32, ()))) == [
+            TensorSpec(f32, (2, 3, 4))]
+        assert not k.supports(meta(op, (f32, (3,)), (f16, (3,))))
+        assert not k.supports(meta(op, (f32, (3,)), (f32, (4,))))
+        assert not k.supports(meta(op))
+    assert row("Sum").supports(meta("Sum", (np.uint64, (3,)), (np.uint64, (3,))))
+    assert not row("Mean").supports(meta("Mean", (np.int32, (3,)), (np.int32, (3,))))
+    b = row("Max").bind(meta("Max", (f16, (3,)), (f16, (3,)), (f16, (3,))))
+    assert b.pair.symbol == "max_f16" and b.divide is None
+    b = row("Mean").bind(meta("Mean", *[(ml_dtypes.bfloat16, (3,))] * 3))
+    assert b.pair.symbol == "add_bf16" and b.divide.symbol == "div_by_bf16"
+    assert b.divide.scalars == (3.0, 0.0)
+    assert row("Mean").bind(meta("Mean", (f32, (3,)))).divide.scalars == (1.0, 0.0)
+
+
+def test_new_unary_rows_bind_their_attributes():
+    f32 = np.float32
+    b = row("IsInf").bind(meta("IsInf", (f32, (3,)), detect_negative=0))
+    assert b.symbol == "isinf_f32" and b.scalars == (1.0, 0.0)
+    assert row("IsInf").infer_outputs(meta("IsInf", (f32, (3,)))) == [TensorSpec(np.bool_, (3,))]
+    assert row("Shrink").bind(meta("Shrink", (f32, (3,)))).scalars == (0.5, 0.0)
+    assert row("ThresholdedRelu").bind(meta("ThresholdedRelu", (f32, (3,)), alpha=2.0)).scalars \
+        == (2.0, 0.0)
+    assert row("Swish").bind(meta("Swish", (f32, (3,)), opset=24)).scalars == (1.0, 0.0)
+    assert row("Softsign").supports(meta("Softsign", (np.float64, (3,))))     # IEEE in float64
+    for op in ("Celu", "Mish", "Swish", "Asinh", "Acosh", "Atanh"):           # libm: declined
+        assert not row(op).supports(meta(op, (np.float64, (3,))))
+    assert row("BitwiseNot").bind(meta("BitwiseNot", (np.uint16, (3,)))).symbol \
+        == "bitwise_not_u16"

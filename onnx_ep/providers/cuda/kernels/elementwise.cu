@@ -1,7 +1,7 @@
 // Elementwise family: unary math and activations, broadcasting binary ops, Where.
 //
-// Symbols: <op>_<suffix> (suffix f32 f16 bf16 f64 i64 i32 i8 u8 b8), one template per op,
-// instantiated by the macros at the end of this file.
+// Symbols: <op>_<suffix> (suffix f32 f16 bf16 f64 i64 i32 i16 i8 u64 u32 u16 u8 b8), one
+// template per op, instantiated by the macros at the end of this file.
 //   unary:  (const T* x, Out* y, long long n, double p0, double p1)   p0/p1: attributes
 //   binary: (const T* a, const T* b, Out* y, long long n, Bcast bc)
 //   where:  (const bool* c, const T* x, const T* y, T* out, long long n, Bcast bc)
@@ -200,6 +200,27 @@ DEF_F64(FGeluTanh, NAN_IN(x);
         double inner = sqrt(2.0 / 3.141592653589793) * (x + 0.044715 * (x * x * x));
         return nan_or(0.5 * x * (1.0 + tanh(inner)), x);)
 
+DEF_F64(FAsinh, NAN_IN(x); return asinh(x);)
+DEF_F64(FAcosh, NAN_IN(x); return nan_or(acosh(x), x);)
+DEF_F64(FAtanh, NAN_IN(x); return nan_or(atanh(x), x);)
+// activation.py, each in float64 as written there; np.maximum / np.minimum of float64
+// propagate NaN and give the second operand on ties
+DEF_F64(FSoftsign, NAN_IN(x); return nan_or(x / (1.0 + fabs(x)), x);)
+DEF_F64(FThresholdedRelu, return x > p0 ? x : 0.0;)  // np.where(x > alpha, x, 0): NaN -> 0
+// np.where(x < -lambd, x + bias, np.where(x > lambd, x - bias, 0)): NaN -> 0
+DEF_F64(FShrink, return x < -p0 ? x + p1 : (x > p0 ? x - p1 : 0.0);)  // p0 lambd, p1 bias
+// np.maximum(x, 0) + np.minimum(0, alpha * expm1(x / alpha))
+DEF_F64(FCelu, NAN_IN(x);
+        double m = p0 * expm1(x / p0);
+        double hi = x > 0.0 ? x : 0.0;
+        double lo = isnan(m) ? m : (0.0 < m ? 0.0 : m);
+        return nan_or(hi + lo, x);)
+DEF_F64(FMish, NAN_IN(x); return nan_or(x * tanh(FSoftplus::f(x, 0.0, 0.0)), x);)
+DEF_F64(FSwish, NAN_IN(x); return nan_or(x * FSigmoid::f(p0 * x, 0.0, 0.0), x);)  // p0 alpha
+// Mean's last step: the sum divided by the input count p0 (already rounded to T), rounded
+// once: the correctly rounded division in T that the reference's np.divide is
+DEF_F64(FDivBy, NAN_IN(x); return x / p0;)
+
 template <class T, class Op>
 __device__ __forceinline__ void unary_float(const T* x, T* y, i64 n, double p0, double p1) {
     for (i64 i = grid_start(); i < n; i += grid_step())
@@ -211,10 +232,26 @@ __device__ __forceinline__ void isnan_kernel(const T* x, bool* y, i64 n) {
     for (i64 i = grid_start(); i < n; i += grid_step()) y[i] = isnan(to_f64(x[i]));
 }
 
+// np.isinf(x) & ((x > 0) & detect_positive | (x < 0) & detect_negative)
+template <class T>
+__device__ __forceinline__ void isinf_kernel(const T* x, bool* y, i64 n, double pos, double neg) {
+    for (i64 i = grid_start(); i < n; i += grid_step()) {
+        double v = to_f64(x[i]);
+        y[i] = isinf(v) && (v > 0.0 ? pos != 0.0 : neg != 0.0);
+    }
+}
+
 // ================================================================== unary, integers
+// the unsigned type wrapping arithmetic on T runs in: 16-bit operands get u32, because
+// u16 * u16 promotes to (signed) int and can overflow it; truncating back to T keeps the
+// low bits, which is two's complement wrapping
 template <class T> struct Unsigned;
 template <> struct Unsigned<i64> { typedef u64 type; };
+template <> struct Unsigned<u64> { typedef u64 type; };
 template <> struct Unsigned<i32> { typedef u32 type; };
+template <> struct Unsigned<u32> { typedef u32 type; };
+template <> struct Unsigned<i16> { typedef u32 type; };
+template <> struct Unsigned<u16> { typedef u32 type; };
 template <> struct Unsigned<i8> { typedef u8 type; };
 template <> struct Unsigned<u8> { typedef u8 type; };
 
@@ -357,6 +394,26 @@ __device__ __forceinline__ void binary_int(const T* a, const T* b, T* y, i64 n, 
     }
 }
 
+// numpy's bitwise_and / or / xor / invert and npy_lshift / npy_rshift: a shift count that
+// is negative or >= the width gives 0, or -1 for a right shift of a negative value
+struct IBitAnd { template <class T> static __device__ T f(T a, T b) { return (T)(a & b); } };
+struct IBitOr { template <class T> static __device__ T f(T a, T b) { return (T)(a | b); } };
+struct IBitXor { template <class T> static __device__ T f(T a, T b) { return (T)(a ^ b); } };
+struct IInvert { template <class T> static __device__ T f(T x) { return (T)~x; } };
+struct IShl { template <class T> static __device__ T f(T a, T b) {
+    typedef typename Unsigned<T>::type U;
+    if ((u64)(i64)b >= 8 * sizeof(T)) return (T)0;
+    return (T)(U)((U)a << (int)b); } };
+struct IShr { template <class T> static __device__ T f(T a, T b) {
+    if ((u64)(i64)b >= 8 * sizeof(T)) return a < 0 ? (T)-1 : (T)0;
+    return (T)(a >> (int)b); } };  // arithmetic for signed T
+// PRelu: x < 0 ? x * slope : x; floats in float64, rounded once (the product of two
+// narrower floats is exact there); integers wrap
+struct BPRelu { template <class C> static __device__ C f(C a, C b) {
+    return a < (C)0 ? fix_nan2(a * b, a, b) : a; } };
+struct IPRelu { template <class T> static __device__ T f(T a, T b) {
+    return a < 0 ? IMul::f<T>(a, b) : a; } };
+
 // comparisons and logic: bool output; floats compared exactly in their compute type
 struct CEq { template <class C> static __device__ bool f(C a, C b) { return a == b; } };
 struct CLt { template <class C> static __device__ bool f(C a, C b) { return a < b; } };
@@ -477,12 +534,16 @@ extern "C" __global__ void not_b8(const bool* x, bool* y, long long n, double, d
 #define UNARY_I(NAME, OP, T, SFX) \
     extern "C" __global__ void NAME##_##SFX(const T* x, T* y, long long n, double, double) { \
         unary_int<T, OP>(x, y, n); }
-#define UNARY_I3(NAME, OP) \
-    UNARY_I(NAME, OP, long long, i64) UNARY_I(NAME, OP, int, i32) UNARY_I(NAME, OP, signed char, i8)
-UNARY_I3(abs, IAbs) UNARY_I(abs, IAbs, unsigned char, u8)
-UNARY_I3(neg, INeg)
-UNARY_I3(sign, ISign) UNARY_I(sign, ISign, unsigned char, u8)
-UNARY_I3(relu, IRelu)
+#define UNARY_SI(NAME, OP) \
+    UNARY_I(NAME, OP, long long, i64) UNARY_I(NAME, OP, int, i32) \
+    UNARY_I(NAME, OP, short, i16) UNARY_I(NAME, OP, signed char, i8)
+#define UNARY_UI(NAME, OP) \
+    UNARY_I(NAME, OP, unsigned long long, u64) UNARY_I(NAME, OP, unsigned int, u32) \
+    UNARY_I(NAME, OP, unsigned short, u16) UNARY_I(NAME, OP, unsigned char, u8)
+UNARY_SI(abs, IAbs) UNARY_UI(abs, IAbs)
+UNARY_SI(neg, INeg)
+UNARY_SI(sign, ISign) UNARY_UI(sign, ISign)
+UNARY_SI(relu, IRelu)
 
 // binary arithmetic
 #define BIN_F(NAME, OP, T, SFX, C) \
@@ -493,7 +554,9 @@ UNARY_I3(relu, IRelu)
         binary_int<T, OP>(a, b, y, n, bc); }
 #define BIN_INTS(NAME, OP) \
     BIN_I(NAME, OP, long long, i64) BIN_I(NAME, OP, int, i32) \
-    BIN_I(NAME, OP, signed char, i8) BIN_I(NAME, OP, unsigned char, u8)
+    BIN_I(NAME, OP, short, i16) BIN_I(NAME, OP, signed char, i8) \
+    BIN_I(NAME, OP, unsigned long long, u64) BIN_I(NAME, OP, unsigned int, u32) \
+    BIN_I(NAME, OP, unsigned short, u16) BIN_I(NAME, OP, unsigned char, u8)
 // float16 / float32 in float32 (numpy's loops), bfloat16 / float64 in float64 (the
 // reference widens bfloat16 to float64); for + - * / both round to the same value
 #define BIN_FLOATS(NAME, OP) \
@@ -531,7 +594,9 @@ POW_F(float, f32) POW_F(__half, f16) POW_F(__nv_bfloat16, bf16) POW_F(double, f6
 #define CMP_NUM(NAME, OP) \
     CMP(NAME, OP, float, f32) CMP(NAME, OP, __half, f16) CMP(NAME, OP, __nv_bfloat16, bf16) \
     CMP(NAME, OP, double, f64) CMP(NAME, OP, long long, i64) CMP(NAME, OP, int, i32) \
-    CMP(NAME, OP, signed char, i8) CMP(NAME, OP, unsigned char, u8)
+    CMP(NAME, OP, short, i16) CMP(NAME, OP, signed char, i8) \
+    CMP(NAME, OP, unsigned long long, u64) CMP(NAME, OP, unsigned int, u32) \
+    CMP(NAME, OP, unsigned short, u16) CMP(NAME, OP, unsigned char, u8)
 CMP_NUM(equal, CEq) CMP(equal, CEq, bool, b8)
 CMP_NUM(less, CLt)
 CMP_NUM(less_equal, CLe)
@@ -551,7 +616,9 @@ CMP(xor, LXor, bool, b8)
                                           long long n, double, double) { \
         clip_int<T>(x, lo_p, hi_p, y, n); }
 CLIP_F(float, f32) CLIP_F(__half, f16) CLIP_F(__nv_bfloat16, bf16) CLIP_F(double, f64)
-CLIP_I(long long, i64) CLIP_I(int, i32) CLIP_I(signed char, i8) CLIP_I(unsigned char, u8)
+CLIP_I(long long, i64) CLIP_I(int, i32) CLIP_I(short, i16) CLIP_I(signed char, i8)
+CLIP_I(unsigned long long, u64) CLIP_I(unsigned int, u32) CLIP_I(unsigned short, u16)
+CLIP_I(unsigned char, u8)
 
 // Where moves bytes: instantiated per dtype on an unsigned type of the same width
 #define WHERE(SFX, S) \
@@ -561,3 +628,33 @@ CLIP_I(long long, i64) CLIP_I(int, i32) CLIP_I(signed char, i8) CLIP_I(unsigned 
 WHERE(f32, unsigned int) WHERE(f16, unsigned short) WHERE(bf16, unsigned short)
 WHERE(f64, unsigned long long) WHERE(i64, unsigned long long) WHERE(i32, unsigned int)
 WHERE(i8, unsigned char) WHERE(u8, unsigned char) WHERE(b8, unsigned char)
+WHERE(i16, unsigned short) WHERE(u16, unsigned short) WHERE(u32, unsigned int)
+WHERE(u64, unsigned long long)
+
+// ================================================================== more rows
+UNARY_F4(asinh, FAsinh)
+UNARY_F4(acosh, FAcosh)
+UNARY_F4(atanh, FAtanh)
+UNARY_F4(softsign, FSoftsign)
+UNARY_F4(thresholdedrelu, FThresholdedRelu)
+UNARY_F4(shrink, FShrink)
+UNARY_F4(celu, FCelu)
+UNARY_F4(mish, FMish)
+UNARY_F4(swish, FSwish)
+UNARY_F4(div_by, FDivBy)
+
+#define ISINF(T, SFX) \
+    extern "C" __global__ void isinf_##SFX(const T* x, bool* y, long long n, double pos, \
+                                           double neg) { \
+        isinf_kernel<T>(x, y, n, pos, neg); }
+ISINF(float, f32) ISINF(__half, f16) ISINF(__nv_bfloat16, bf16) ISINF(double, f64)
+
+UNARY_SI(bitwise_not, IInvert) UNARY_UI(bitwise_not, IInvert)
+BIN_INTS(bitwise_and, IBitAnd)
+BIN_INTS(bitwise_or, IBitOr)
+BIN_INTS(bitwise_xor, IBitXor)
+BIN_INTS(shl, IShl)
+BIN_INTS(shr, IShr)
+BIN_F(prelu, BPRelu, float, f32, double) BIN_F(prelu, BPRelu, __half, f16, double)
+BIN_F(prelu, BPRelu, __nv_bfloat16, bf16, double) BIN_F(prelu, BPRelu, double, f64, double)
+BIN_INTS(prelu, IPRelu)

@@ -59,7 +59,11 @@ DTYPES: dict[np.dtype, tuple[str, str]] = {
     np.dtype(np.float64): ("f64", "double"),
     np.dtype(np.int64): ("i64", "int64_t"),
     np.dtype(np.int32): ("i32", "int32_t"),
+    np.dtype(np.int16): ("i16", "int16_t"),
     np.dtype(np.int8): ("i8", "int8_t"),
+    np.dtype(np.uint64): ("u64", "uint64_t"),
+    np.dtype(np.uint32): ("u32", "uint32_t"),
+    np.dtype(np.uint16): ("u16", "uint16_t"),
     np.dtype(np.uint8): ("u8", "uint8_t"),
     BOOL: ("b8", "bool"),
 }
@@ -67,8 +71,9 @@ DTYPES: dict[np.dtype, tuple[str, str]] = {
 F64 = frozenset({np.dtype(np.float64)})
 FLOATS = frozenset(np.dtype(t) for t in (np.float32, np.float16, BF16, np.float64))
 NARROW_FLOATS = FLOATS - F64  # libm functions: float64 declined (see module docstring)
-SIGNED_INTS = frozenset(np.dtype(t) for t in (np.int64, np.int32, np.int8))
-INTS = SIGNED_INTS | {np.dtype(np.uint8)}
+SIGNED_INTS = frozenset(np.dtype(t) for t in (np.int64, np.int32, np.int16, np.int8))
+UNSIGNED_INTS = frozenset(np.dtype(t) for t in (np.uint64, np.uint32, np.uint16, np.uint8))
+INTS = SIGNED_INTS | UNSIGNED_INTS
 NUMERIC = FLOATS | INTS
 ALL = NUMERIC | {BOOL}
 
@@ -404,10 +409,20 @@ _UNARY: list[Unary] = [
     Unary("Sigmoid", "sigmoid", NARROW_FLOATS),
     Unary("Softplus", "softplus", NARROW_FLOATS),
     Unary("Gelu", "gelu", NARROW_FLOATS, since=20),
+    Unary("IsInf", "isinf", FLOATS, since=10, out_bool=True,
+          attrs=(("detect_positive", 1.0), ("detect_negative", 1.0))),
+    Unary("BitwiseNot", "bitwise_not", INTS, since=18),
+    Unary("Softsign", "softsign", FLOATS),
+    Unary("ThresholdedRelu", "thresholdedrelu", FLOATS, since=10, attrs=(("alpha", 1.0),)),
+    Unary("Shrink", "shrink", FLOATS, since=9, attrs=(("lambd", 0.5), ("bias", 0.0))),
+    Unary("Celu", "celu", NARROW_FLOATS, since=12, attrs=(("alpha", 1.0),)),
+    Unary("Mish", "mish", NARROW_FLOATS, since=18),
+    Unary("Swish", "swish", NARROW_FLOATS, since=24, attrs=(("alpha", 1.0),)),
 ] + [
     Unary(op, op.lower(), NARROW_FLOATS, since=since) for op, since in (
         ("Exp", 1), ("Log", 1), ("Sin", 7), ("Cos", 7), ("Tan", 7), ("Asin", 7), ("Acos", 7),
-        ("Atan", 7), ("Sinh", 9), ("Cosh", 9), ("Tanh", 1), ("Erf", 9))
+        ("Atan", 7), ("Sinh", 9), ("Cosh", 9), ("Tanh", 1), ("Asinh", 9), ("Acosh", 9),
+        ("Atanh", 9), ("Erf", 9))
 ]
 
 
@@ -497,6 +512,39 @@ def _check_broadcast(*shapes: Sequence[Any]) -> Support:
     return Support.YES
 
 
+class BitShift(Binary):
+    """BitShift: ``direction`` picks the symbol (``shl`` / ``shr``); numpy's shifts, where a
+    count >= the width gives 0 (-1 for a right shift of a negative value)."""
+
+    def supports(self, meta: NodeMeta) -> Support:
+        direction = _attr_str(meta.attr("direction", ""))
+        if direction not in ("LEFT", "RIGHT"):
+            return Support.no(f"direction={direction!r} is not 'LEFT' or 'RIGHT'")
+        return super().supports(meta)
+
+    def bind(self, meta: NodeMeta) -> _Bound:
+        symbol = "shl" if _attr_str(meta.attr("direction", "")) == "LEFT" else "shr"
+        return _Bound(self, f"{symbol}_{suffix(meta.inputs[0].dtype)}")  # type: ignore[union-attr]
+
+
+class PRelu(Binary):
+    """PRelu: ``slope`` broadcasts to ``x`` without growing it (unidirectional)."""
+
+    def supports(self, meta: NodeMeta) -> Support:
+        verdict = super().supports(meta)
+        if not verdict:
+            return verdict
+        x, slope = meta.inputs
+        assert x is not None and slope is not None
+        if len(slope.shape) > len(x.shape):
+            return Support.no(f"slope rank {len(slope.shape)} exceeds X rank {len(x.shape)}")
+        if _static(x) and _static(slope) and broadcast_shape(x.shape, slope.shape) != tuple(
+                x.shape):
+            return Support.no(f"slope shape {tuple(slope.shape)} must broadcast to X shape "
+                              f"{tuple(x.shape)} without growing it")
+        return Support.YES
+
+
 _BINARY: list[Binary] = [
     Binary("Add", "add", NUMERIC),
     Binary("Sub", "sub", NUMERIC),
@@ -504,8 +552,11 @@ _BINARY: list[Binary] = [
     Binary("Div", "div", NUMERIC),
     Binary("Mod", "mod", NUMERIC, since=10),
     Binary("Pow", "pow", NARROW_FLOATS | INTS),
-    Binary("Max", "max", NUMERIC, variadic=True),
-    Binary("Min", "min", NUMERIC, variadic=True),
+    BitShift("BitShift", "shl", INTS, since=11),
+    Binary("BitwiseAnd", "bitwise_and", INTS, since=18),
+    Binary("BitwiseOr", "bitwise_or", INTS, since=18),
+    Binary("BitwiseXor", "bitwise_xor", INTS, since=18),
+    PRelu("PRelu", "prelu", NUMERIC),
     Binary("And", "and", frozenset({BOOL}), out_bool=True),
     Binary("Or", "or", frozenset({BOOL}), out_bool=True),
     Binary("Xor", "xor", frozenset({BOOL}), out_bool=True),
@@ -514,6 +565,131 @@ _BINARY: list[Binary] = [
     Binary("LessOrEqual", "less_equal", NUMERIC, out_bool=True, since=12),
     Binary("Greater", "greater", NUMERIC, out_bool=True),
     Binary("GreaterOrEqual", "greater_equal", NUMERIC, out_bool=True, since=12),
+]
+
+
+# ---------------------------------------------------------------- variadic
+
+
+class Variadic:
+    """Sum / Mean / Max / Min of one or more inputs with numpy broadcasting.
+
+    Folded left to right as cpu_reference folds them: ``y = x0 op x1``, then ``y = y op xk``
+    for each further input, in place, one binary launch per step, so every step rounds to
+    the dtype as the reference's does (a chain of binary nodes). Mean then divides ``y`` by
+    the input count rounded to the dtype, correctly rounded in the dtype like the
+    reference's ``np.divide``. One input: Sum / Max / Min copy it, Mean divides it by 1.
+
+    :param symbol: the binary kernel of one step (``add``, ``max``, ``min``).
+    :param mean: divide by the number of inputs at the end.
+    """
+
+    family = "variadic"
+
+    def __init__(self, op_type: str, symbol: str, dtypes: frozenset[np.dtype], *,
+                 since: int = 1, mean: bool = False) -> None:
+        self.key = OpKey("", op_type, since)
+        self.parity = Parity.EXACT
+        self.symbol = symbol
+        self.dtypes = dtypes
+        self.mean = mean
+        # private rows the bound node launches through (never registered)
+        self.pair = Binary(op_type, symbol, dtypes, since=since)
+        self.divide = Unary(op_type, "div_by", dtypes, since=since) if mean else None
+
+    def __repr__(self) -> str:
+        return f"Variadic({self.key})"
+
+    def supports(self, meta: NodeMeta) -> Support:
+        specs = meta.inputs
+        if not specs or not all(_known(s) for s in specs):
+            return Support.no("needs one or more tensor inputs of known dtype and rank")
+        dts = {s.dtype for s in specs}  # type: ignore[union-attr]
+        if len(dts) > 1:
+            return Support.no(f"inputs must share one dtype, got "
+                              f"{', '.join(str(s.dtype) for s in specs)}")  # type: ignore[union-attr]
+        (dt,) = dts
+        if dt not in self.dtypes:
+            return Support.no(f"dtype {dt} not in ({dtype_names(self.dtypes)})")
+        return _check_broadcast(*(s.shape for s in specs))  # type: ignore[union-attr]
+
+    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec]:
+        specs = meta.inputs
+        assert all(s is not None for s in specs)
+        return [TensorSpec(specs[0].dtype,  # type: ignore[union-attr]
+                           broadcast_shape(*(s.shape for s in specs)))]  # type: ignore[union-attr]
+
+    def bind(self, meta: NodeMeta) -> _BoundVariadic:
+        dtype = meta.inputs[0].dtype  # type: ignore[union-attr]
+        pair = _Bound(self.pair, f"{self.symbol}_{suffix(dtype)}")
+        divide = None
+        if self.divide is not None:
+            # the count as the reference divides by it: np.asarray(n, dtype), widened
+            count = float(np.asarray(len(meta.inputs), dtype=dtype).astype(np.float64))
+            divide = _Bound(self.divide, f"div_by_{suffix(dtype)}", (count, 0.0))
+        return _BoundVariadic(self, pair, divide)
+
+    def capture_support(self) -> CaptureSupport:
+        return CaptureSupport.SUPPORTED
+
+    def workspace_requirement(self, meta: NodeMeta) -> WorkspaceRequirement:
+        return WorkspaceRequirement.NONE
+
+    def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
+                               outputs: list[Any], workspace: Any) -> None:
+        self.bind(ctx.node).execute_with_workspace(ctx, inputs, outputs, workspace)
+
+
+class _BoundVariadic:
+    """A Variadic node: a chain of launches of one bound binary step (and Mean's division)
+    into the output. Launches and device copies only (capture-safe). The planner never
+    places an output over a live input, so stepping ``y = y op xk`` in place is safe: each
+    element is read and written by the same thread."""
+
+    def __init__(self, row: Variadic, pair: _Bound, divide: _Bound | None) -> None:
+        self.row = row
+        self.key: OpKey = row.key
+        self.parity: Parity = row.parity
+        self.pair = pair
+        self.divide = divide
+
+    def __repr__(self) -> str:
+        return f"Variadic({self.key}, {self.pair.symbol})"
+
+    def capture_support(self) -> CaptureSupport:
+        return CaptureSupport.SUPPORTED
+
+    def workspace_requirement(self, meta: NodeMeta) -> WorkspaceRequirement:
+        return WorkspaceRequirement.NONE
+
+    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec]:
+        return self.row.infer_outputs(meta)
+
+    def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
+                               outputs: list[Any], workspace: Any) -> None:
+        y = outputs[0]
+        if _numel(y.shape) == 0:
+            return
+        if len(inputs) == 1:
+            if self.divide is not None:
+                self.divide.execute_with_workspace(ctx, [inputs[0]], [y], None)
+            else:  # one input has the output's shape
+                from onnx_ep.providers.cuda import runtime
+
+                runtime.copy_dtod(int(y.ptr), int(inputs[0].ptr), y.nbytes, ctx.stream)
+            return
+        self.pair.execute_with_workspace(ctx, [inputs[0], inputs[1]], [y], None)
+        for x in inputs[2:]:
+            self.pair.execute_with_workspace(ctx, [y, x], [y], None)
+        if self.divide is not None:
+            self.divide.execute_with_workspace(ctx, [y], [y], None)
+
+
+_VARIADIC: list[Variadic] = [
+    Variadic("Max", "max", NUMERIC),
+    Variadic("Min", "min", NUMERIC),
+    Variadic("Sum", "add", NUMERIC),
+    Variadic("Mean", "add", FLOATS, mean=True),
 ]
 
 
@@ -636,5 +812,5 @@ class Clip:
         self.bind(ctx.node).execute_with_workspace(ctx, inputs, outputs, workspace)
 
 
-ROWS: Mapping[str, Any] = {k.key.op_type: k for k in (*_UNARY, *_BINARY)}
-KERNELS: list[Any] = [*_UNARY, *_BINARY, Where(), Clip()]
+ROWS: Mapping[str, Any] = {k.key.op_type: k for k in (*_UNARY, *_BINARY, *_VARIADIC)}
+KERNELS: list[Any] = [*_UNARY, *_BINARY, *_VARIADIC, Where(), Clip()]
