@@ -81,11 +81,23 @@ class Executor:
         try:
             with np.errstate(all="ignore"):   # ONNX defines inf/nan results; no warnings
                 if fast:
+                    # one and two inputs / one output spelled out: a comprehension or zip
+                    # per step costs more than the branch (a frame per listcomp before 3.12)
                     for i, (call, ctx, ins, outs, frees) in enumerate(program.fast):
                         res = list(pb[i])
-                        call(ctx, [env[s] for s in ins], res, wsl[i])
-                        for s, v in zip(outs, res):
-                            env[s] = v
+                        n_in = len(ins)
+                        if n_in == 2:
+                            args = [env[ins[0]], env[ins[1]]]
+                        elif n_in == 1:
+                            args = [env[ins[0]]]
+                        else:
+                            args = [env[s] for s in ins]
+                        call(ctx, args, res, wsl[i])
+                        if len(outs) == 1:
+                            env[outs[0]] = res[0]
+                        else:
+                            for s, v in zip(outs, res):
+                                env[s] = v
                         for s in frees:
                             env[s] = None
                 else:
