@@ -681,12 +681,14 @@ def launch_cached(fn: Function, grid: tuple[int, int, int], block: tuple[int, in
     """:func:`launch`, reusing a :class:`Launch` for arguments seen before.
 
     Keyed by the function, stream, geometry and every argument value (a struct by its
-    bytes). The first sighting of a key launches through :func:`launch` and only a
-    repeat builds the record, so shapes that change every call cost no packing.
+    bytes; a float zero by its repr, since ``-0.0 == 0.0`` would share a record). The
+    first sighting of a key launches through :func:`launch` and only a repeat builds the
+    record, so shapes that change every call cost no packing.
     """
     try:
         key = (fn, stream, grid, block, shared_bytes,
-               *[v if t is not None else bytes(v) for v, t in args])
+               *[bytes(v) if t is None else (repr(v) if v == 0 and type(v) is not int else v)
+                 for v, t in args])
         rec = _cached.get(key)
     except TypeError:         # an unhashable value (a ctypes scalar): no cache
         launch(fn, grid, block, args, stream, shared_bytes)

@@ -408,3 +408,36 @@ def test_a_chain_of_elementwise_and_cast_nodes_reruns_with_new_feeds(cuda_device
         assert s.placement_summary() == {"cuda": 4}
     finally:
         s.close()
+
+
+def test_launch_cached_tells_a_negative_zero_from_a_zero(monkeypatch) -> None:
+    fake = FakeCtypesDriver(n_params=1)
+    monkeypatch.setattr(runtime, "_ctypes_cuLaunchKernel", lambda: fake.fn)
+    monkeypatch.setattr(runtime, "launch_path", lambda: "ctypes")
+    monkeypatch.setattr(runtime, "_cached", {})
+    monkeypatch.setattr(runtime, "_seen", {})
+    monkeypatch.setattr(runtime, "launch", lambda *a: None)
+    fn, stream = _fn(), _stream()
+    for value in (0.0, 0.0, -0.0, -0.0):
+        runtime.launch_cached(fn, (1, 1, 1), (1, 1, 1), [(value, runtime.F32)], stream)
+    values = [ctypes.c_float.from_address(c["slots"][0]).value for c in fake.calls]
+    assert [str(v) for v in values] == ["0.0", "-0.0"]
+
+
+def test_unary_node_packs_its_scalars_once(monkeypatch) -> None:
+    from onnx_ep.core.kernel import NodeMeta, TensorSpec
+    from onnx_ep.providers.cuda.kernels.elementwise import ROWS
+
+    fake = FakeCtypesDriver(n_params=5)               # x, y, n, p0, p1
+    monkeypatch.setattr(runtime, "_ctypes_cuLaunchKernel", lambda: fake.fn)
+    monkeypatch.setattr(runtime, "launch_path", lambda: "ctypes")
+    meta = NodeMeta("lr", "LeakyRelu", "", 17, {"alpha": 0.5}, (TensorSpec(np.float32, (8,)),))
+    bound = ROWS["LeakyRelu"].bind(meta)
+    monkeypatch.setattr(type(bound), "function", lambda self, ordinal: _fn(bound.symbol))
+    ctx, x, y = _Ctx(_stream()), _T(0x100, (8,)), _T(0x200, (8,))
+    bound.execute_with_workspace(ctx, [x], [y], None)
+    bound.execute_with_workspace(ctx, [x], [y], None)
+    assert len(bound._launches) == 1 and len(fake.calls) == 2
+    slots = fake.calls[1]["slots"]
+    assert ctypes.c_int64.from_address(slots[2]).value == 8
+    assert ctypes.c_double.from_address(slots[3]).value == 0.5

@@ -253,9 +253,13 @@ class _Bound(BoundLaunch):
                                outputs: list[Any], workspace: Any) -> None:
         # steady state: one dict lookup and one driver call (a plan's pointers are fixed)
         y = outputs[0]
-        if len(inputs) == 2:
+        n_in = len(inputs)
+        if n_in == 2:
             a, b = inputs
             key: tuple[Any, ...] = (ctx.stream, y.ptr, y.shape, a.ptr, a.shape, b.ptr, b.shape)
+        elif n_in == 1:
+            a = inputs[0]
+            key = (ctx.stream, y.ptr, y.shape, a.ptr, a.shape)
         else:
             key = (ctx.stream, y.ptr, y.shape,
                    *[None if t is None else (t.ptr, t.shape) for t in inputs])
