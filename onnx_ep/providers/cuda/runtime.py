@@ -652,7 +652,7 @@ def prepare(fn: Function, grid: tuple[int, int, int], block: tuple[int, int, int
 
 
 #: prebuilt launches a kernel keeps per bound node (one per plan it runs in; cleared when full)
-LAUNCHES_PER_NODE = 8
+LAUNCHES_PER_NODE = 32
 
 
 def no_launch() -> None:
