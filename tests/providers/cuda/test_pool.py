@@ -201,3 +201,23 @@ def test_max_pool_propagates_nan_like_the_reference(cuda_device):
     got, ref = run_both(one_node_model("MaxPool", feeds, {"kernel_shape": [2, 2]}), feeds)
     np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
     np.testing.assert_array_equal(got[~np.isnan(got)], ref[~np.isnan(ref)])
+
+
+def test_lp_pool_promise_depends_on_p():
+    x = meta("LpPool", [(np.float32, (1, 1, 4, 4))], {"kernel_shape": [2, 2]})
+    assert pool.LpPool().bind(x).parity == Parity.EXACT
+    x3 = meta("LpPool", [(np.float16, (1, 1, 4, 4))], {"kernel_shape": [2, 2], "p": 3})
+    assert pool.LpPool().bind(x3).parity == Parity.ulp(1)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("case", [0, 2, 3, 5])
+@pytest.mark.parametrize("p", [2, 1, 3])
+def test_lp_pool_matches_reference(cuda_device, dtype, case, p):
+    shape, attrs = CASES[case]
+    attrs = dict(attrs, p=p)
+    feeds = {"x": random(shape, DTYPES[dtype], 7)}
+    got, ref = run_both(one_node_model("LpPool", feeds, attrs, opset=18), feeds)
+    assert_parity(got, ref, Parity.EXACT if p in (1, 2) else Parity.ulp(1),
+                  f"LpPool {attrs} {dtype}")

@@ -174,3 +174,55 @@ __device__ __forceinline__ void global_pool(const T* __restrict__ x, T* __restri
 EP_POOL(f32, float)
 EP_POOL(f16, ep::f16)
 EP_POOL(bf16, ep::bf16)
+
+// LpPool: (sum over the window of |x|^p)^(1/p) in float64 as the reference computes it:
+// taps in C order of the kernel, padding skipped (the reference adds +0.0 for it, which
+// leaves a sum of non-negative terms unchanged), rounded once to T. p = 1 and p = 2 follow
+// numpy's fast paths (identity; x*x and sqrt, both correctly rounded): exact. Other p use
+// CUDA's double pow (within 2 ulp of libm's): one ulp of the output type.
+template <class T>
+__device__ __forceinline__ void lp_pool(const T* __restrict__ x, T* __restrict__ y,
+                                        long long planes, const PoolDims& g, double p) {
+    const long long out_plane = g.out[0] * g.out[1] * g.out[2];
+    const long long in_plane = g.in[0] * g.in[1] * g.in[2];
+    const long long total = planes * out_plane;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
+         i += (long long)gridDim.x * blockDim.x) {
+        long long o2 = i % g.out[2];
+        long long o1 = (i / g.out[2]) % g.out[1];
+        long long o0 = (i / (g.out[2] * g.out[1])) % g.out[0];
+        const T* base = x + (i / out_plane) * in_plane;
+        long long start[3] = {o0 * g.stride[0] - g.pad[0], o1 * g.stride[1] - g.pad[1],
+                              o2 * g.stride[2] - g.pad[2]};
+        double acc = 0.0;
+        for (long long a = 0; a < g.kernel[0]; ++a) {
+            long long p0 = start[0] + a * g.dil[0];
+            if (p0 < 0 || p0 >= g.in[0]) continue;
+            for (long long b = 0; b < g.kernel[1]; ++b) {
+                long long p1 = start[1] + b * g.dil[1];
+                if (p1 < 0 || p1 >= g.in[1]) continue;
+                for (long long c = 0; c < g.kernel[2]; ++c) {
+                    long long p2 = start[2] + c * g.dil[2];
+                    if (p2 < 0 || p2 >= g.in[2]) continue;
+                    double v = fabs(ep::to_f64(base[(p0 * g.in[1] + p1) * g.in[2] + p2]));
+                    acc += p == 2.0 ? v * v : (p == 1.0 ? v : pow(v, p));
+                }
+            }
+        }
+        double r = p == 2.0 ? sqrt(acc) : (p == 1.0 ? acc : pow(acc, 1.0 / p));
+        y[i] = ep::round_from64<T>(r);
+    }
+}
+
+#define EP_LP_POOL(SUFFIX, T)                                                                  \
+    extern "C" __global__ void lp_pool_##SUFFIX(                                               \
+        const T* __restrict__ x, T* __restrict__ y, long long planes, EP_DIMS_PARAMS(0),       \
+        EP_DIMS_PARAMS(1), EP_DIMS_PARAMS(2), double p) {                                      \
+        PoolDims g;                                                                            \
+        EP_DIMS_SET(0) EP_DIMS_SET(1) EP_DIMS_SET(2)                                           \
+        lp_pool<T>(x, y, planes, g, p);                                                        \
+    }
+
+EP_LP_POOL(f32, float)
+EP_LP_POOL(f16, ep::f16)
+EP_LP_POOL(bf16, ep::bf16)

@@ -1,4 +1,5 @@
-"""MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool (pool.cu), float32/float16/bfloat16.
+"""MaxPool, AveragePool, LpPool, GlobalAveragePool, GlobalMaxPool (pool.cu), float32/float16/
+bfloat16.
 
 Windows come from cpu_reference's ``window_geometry`` (pads, auto_pad, ceil_mode,
 dilations), so both providers agree on every output size; 1-D and 2-D inputs run
@@ -7,8 +8,9 @@ as 3-D with leading unit axes. One thread per output element.
 Parity (see pool.cu): MaxPool and GlobalMaxPool select and are exact; AveragePool
 replays the reference's float32 sum in tap order and its single division, so it is
 exact too; GlobalAveragePool sums a plane in a fixed tree order in float32, against
-numpy's pairwise mean: a tolerance per dtype. MaxPool's optional Indices output is
-not implemented (declined, cpu_reference runs it).
+numpy's pairwise mean: a tolerance per dtype. LpPool sums |x|^p in float64 in tap
+order and rounds once: exact for p = 1, 2, one output ulp otherwise (pow). MaxPool's
+optional Indices output is not implemented (declined, cpu_reference runs it).
 
 ceil_mode: a last window that would start in the end padding is dropped (cpu_reference,
 onnxruntime, PyTorch), but onnx's shape inference keeps it, and the plan pre-sizes a
@@ -18,6 +20,7 @@ device output from onnx's shape: where the two sizes differ, the node is decline
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -249,9 +252,41 @@ class GlobalPool(FloatKernel):
                             (self.mode, runtime.I32)], ctx.stream, grid=grid)
 
 
+class LpPool(_WindowPool):
+    """(sum |x|^p)^(1/p) over each window in float64, rounded once (pool.cu's lp_pool):
+    exact for p = 1 and 2 (numpy's fast paths), one output ulp for other p (pow)."""
+
+    def __init__(self) -> None:
+        super().__init__("LpPool", since=1)
+
+    def bind(self, meta: NodeMeta) -> LpPool:
+        bound = copy.copy(self)
+        bound.parity = Parity.EXACT if float(meta.attr("p", 2)) in (1.0, 2.0) else Parity.ulp(1)
+        return bound
+
+    def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
+                               outputs: list[Any], workspace: WorkspaceView | None) -> None:
+        from onnx_ep.providers.cuda import runtime
+
+        x, y = inputs[0], outputs[0]
+        try:
+            g = pool_geometry(ctx.node, x.shape)
+        except NodeError as e:
+            raise self.fail(ctx.node, e.detail) from None
+        if tuple(y.shape) != g.out_shape:
+            raise self.fail(ctx.node, f"output Y was planned as {tuple(y.shape)} but the "
+                                      f"windows on X {tuple(x.shape)} give {g.out_shape}")
+        fn = function("pool", "lp_pool", x.dtype, x.device)
+        args = [(x.ptr, runtime.PTR), (y.ptr, runtime.PTR), (g.planes, runtime.I64)]
+        args += [(v, runtime.I64) for v in g.launch_args()]
+        args.append((float(ctx.node.attr("p", 2)), runtime.F64))
+        launch(fn, prod(g.out_shape), args, ctx.stream)
+
+
 KERNELS: list[Any] = [
     MaxPool(),
     AveragePool(),
+    LpPool(),
     GlobalPool("GlobalMaxPool", MODE_MAX),
     GlobalPool("GlobalAveragePool", MODE_AVERAGE),
 ]
