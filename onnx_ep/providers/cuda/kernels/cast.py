@@ -1,9 +1,16 @@
-"""CUDA Cast and CastLike between float32, float16, bfloat16, float64, int64, int32, int8,
-uint8 and bool (``cast.cu``, symbols ``cast_<src>_<dst>``).
+"""CUDA Cast and CastLike between every numeric type of cpu_reference/cast.py: float32,
+float16, bfloat16, float64, int64, int32, int16, int8, uint64, uint32, uint16, uint8, bool,
+the float8s (e4m3fn, e4m3fnuz, e5m2, e5m2fnuz, e8m0), float4e2m1 and int4, uint4, int2,
+uint2 (``cast.cu``, symbols ``cast_<src>_<dst>``). Sub-byte types are one element per byte,
+as ml_dtypes arrays hold them. ``saturate`` (opset 19+) and ``round_mode`` (float8e8m0)
+are kernel arguments.
 
 Parity: exact against cpu_reference/cast.py, including the values ONNX leaves undefined
 (float -> int of NaN or out of range), which the kernels reproduce as numpy on x86 gives
-them (see cast.cu). String and float8 / int4 types are declined (they fall back).
+them (see cast.cu). One exception the reference itself makes unreproducible: float32 /
+float64 / bfloat16 / float8 -> uint32 of NaN, +-inf or values outside (-2^31, 2^32) is
+numpy's vectorized loop's result, but numpy's scalar tail (the last n % 4 elements, all of
+a short array) gives another. String is declined (it falls back).
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ import ctypes
 from collections.abc import Sequence
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 import onnx
 
@@ -27,18 +35,35 @@ from onnx_ep.core.kernel import (
     WorkspaceRequirement,
 )
 from onnx_ep.providers.cuda.kernels.elementwise import (
-    BF16,
     BoundLaunch,
     _numel,
-    dtype_names,
     launch_geometry,
-    suffix,
 )
 
 SOURCE = "cast"
-#: the dtypes cast.cu instantiates (the elementwise family takes more integers)
-DTYPES: frozenset[np.dtype] = frozenset(np.dtype(t) for t in (
-    np.float32, np.float16, BF16, np.float64, np.int64, np.int32, np.int8, np.uint8, np.bool_))
+#: numpy dtype -> symbol suffix in cast.cu (every pair is instantiated)
+SUFFIXES: dict[np.dtype, str] = {np.dtype(t): sfx for t, sfx in (
+    (np.float32, "f32"), (np.float16, "f16"), (ml_dtypes.bfloat16, "bf16"), (np.float64, "f64"),
+    (np.int64, "i64"), (np.int32, "i32"), (np.int16, "i16"), (np.int8, "i8"),
+    (np.uint64, "u64"), (np.uint32, "u32"), (np.uint16, "u16"), (np.uint8, "u8"),
+    (np.bool_, "b8"),
+    (ml_dtypes.float8_e4m3fn, "e4m3fn"), (ml_dtypes.float8_e4m3fnuz, "e4m3fnuz"),
+    (ml_dtypes.float8_e5m2, "e5m2"), (ml_dtypes.float8_e5m2fnuz, "e5m2fnuz"),
+    (ml_dtypes.float4_e2m1fn, "f4e2m1"), (ml_dtypes.float8_e8m0fnu, "e8m0"),
+    (ml_dtypes.int4, "i4"), (ml_dtypes.uint4, "u4"), (ml_dtypes.int2, "i2"),
+    (ml_dtypes.uint2, "u2"))}
+#: the dtypes cast.cu instantiates
+DTYPES: frozenset[np.dtype] = frozenset(SUFFIXES)
+#: ``round_mode`` (float8e8m0 targets) -> the kernels' code
+ROUND_MODES = {"up": 0, "down": 1, "nearest": 2}
+
+
+def _attr_str(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _names(dtypes: frozenset[np.dtype]) -> str:
+    return ", ".join(sorted(str(d) for d in dtypes))
 
 
 def target_dtype(to: Any) -> np.dtype | None:
@@ -62,9 +87,12 @@ class _BoundCast(BoundLaunch):
 
     source = SOURCE
 
-    def __init__(self, row: Cast, src: np.dtype, dst: np.dtype) -> None:
-        super().__init__(row, f"cast_{suffix(src)}_{suffix(dst)}")
+    def __init__(self, row: Cast, src: np.dtype, dst: np.dtype, *, saturate: bool = True,
+                 round_mode: str = "up") -> None:
+        super().__init__(row, f"cast_{SUFFIXES[np.dtype(src)]}_{SUFFIXES[np.dtype(dst)]}")
         self.dst = dst
+        self.saturate = int(bool(saturate))
+        self.round_mode = ROUND_MODES[round_mode]
         #: prebuilt launches by (stream, input and output pointers, shape)
         self._launches: dict[tuple[Any, ...], Any] = {}
 
@@ -92,7 +120,8 @@ class _BoundCast(BoundLaunch):
         grid, block = launch_geometry(n)
         rec = runtime.prepare(self.function(y.device), grid, block,
                               [(int(x.ptr), ctypes.c_void_p), (int(y.ptr), ctypes.c_void_p),
-                               (n, ctypes.c_int64)], stream)
+                               (n, ctypes.c_int64), (self.saturate, ctypes.c_int),
+                               (self.round_mode, ctypes.c_int)], stream)
         return runtime.remember(self._launches, key, rec, runtime.LAUNCHES_PER_NODE)
 
 
@@ -109,8 +138,12 @@ class Cast:
 
     def target(self, meta: NodeMeta) -> np.dtype | None:
         if self.like:
+            # input 1's dtype; where its spec is unknown (a value of unknown rank), the
+            # inferred output's, which onnx types from input 1 even then
             spec = meta.inputs[1] if len(meta.inputs) > 1 else None
-            return None if spec is None else spec.dtype
+            if spec is None and meta.outputs:
+                spec = meta.outputs[0]
+            return None if spec is None else np.dtype(spec.dtype)
         return target_dtype(meta.attr("to"))
 
     def supports(self, meta: NodeMeta) -> Support:
@@ -119,11 +152,14 @@ class Cast:
         src = meta.inputs[0].dtype  # type: ignore[union-attr]
         dst = self.target(meta)
         if dst is None:
-            return Support.no(f"target type {meta.attr('to')!r} is not supported (string or "
-                              f"unknown)")
+            return Support.no("the dtype of input 1 (and of the output) is unknown" if self.like
+                              else f"target type {meta.attr('to')!r} is string or unknown")
         for what, dt in (("source", src), ("target", dst)):
-            if dt not in DTYPES:
-                return Support.no(f"{what} dtype {dt} not in ({dtype_names(DTYPES)})")
+            if np.dtype(dt) not in DTYPES:
+                return Support.no(f"{what} dtype {dt} not in ({_names(DTYPES)})")
+        mode = _attr_str(meta.attr("round_mode", "up"))
+        if mode not in ROUND_MODES:
+            return Support.no(f"round_mode {mode!r} not in {tuple(ROUND_MODES)}")
         return Support.YES
 
     def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec]:
@@ -135,7 +171,9 @@ class Cast:
     def bind(self, meta: NodeMeta) -> _BoundCast:
         dst = self.target(meta)
         assert dst is not None and meta.inputs[0] is not None
-        return _BoundCast(self, meta.inputs[0].dtype, dst)
+        return _BoundCast(self, meta.inputs[0].dtype, dst,
+                          saturate=bool(int(meta.attr("saturate", 1))),
+                          round_mode=_attr_str(meta.attr("round_mode", "up")))
 
     def capture_support(self) -> CaptureSupport:
         return CaptureSupport.SUPPORTED
