@@ -99,3 +99,11 @@ def test_grid_sample_matches_the_reference_bit_for_bit(cuda_device, case):
     m = model("GridSample", {"x": x, "grid": grid},
               {"mode": mode, "padding_mode": padding, "align_corners": align}, opset=opset)
     check(m, {"x": x, "grid": grid}, EXACT)
+
+
+@pytest.mark.parametrize("dtype", [F16, np.dtype(np.int64)], ids=str)
+def test_center_crop_pad_moves_bytes_and_pads_zeros(cuda_device, dtype):
+    x = random((20, 8, 3), dtype)
+    m = model("CenterCropPad", {"x": x}, {"axes": [0, 1]},
+              consts={"shape": _i64(10, 11)}, inputs=["x", "shape"], opset=18)
+    check(m, {"x": x}, EXACT)

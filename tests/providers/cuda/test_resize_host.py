@@ -442,3 +442,30 @@ def test_grid_sample_volumetric_replay_and_declines():
     mixed = _meta("GridSample", [TensorSpec(F32, x.shape),
                                  TensorSpec(np.dtype(np.float16), grid.shape)], 20)
     assert not KERNELS["GridSample"].supports(mixed)
+
+
+# ---------------------------------------------------------------- CenterCropPad
+
+@pytest.mark.parametrize("x_shape,target,axes", [
+    ((20, 10, 3), (10, 7, 3), None), ((10, 7, 3), (20, 10, 3), None),
+    ((20, 8, 3), (10, 10), [0, 1]), ((3, 20, 8), (10, 9), [1, 2]),
+    ((20, 8, 3), (10, 9), [-3, -2]), ((5, 6), (5, 6), None),
+])
+def test_center_crop_pad_geometry_replays_the_reference(x_shape, target, axes):
+    from onnx_ep.providers.cpu_reference import movement as ref_movement
+
+    x = np.arange(int(np.prod(x_shape)), dtype=np.int32).reshape(x_shape) + 1
+    attrs = {} if axes is None else {"axes": axes}
+    meta = _meta("CenterCropPad", [TensorSpec(x.dtype, x.shape),
+                                   TensorSpec(np.dtype(np.int64), (len(target),))], 18,
+                 **attrs)
+    want = ref_movement.CenterCropPad("CenterCropPad").run(
+        ExecutionContext(meta), x, np.array(target, dtype=np.int64))
+    g = rs.crop_geometry(x.shape, want.shape)
+    got = np.zeros(want.shape, dtype=x.dtype)
+    for o in itertools.product(*[range(n) for n in want.shape]):
+        src = [o[d] + g.shift[d] for d in range(x.ndim)]
+        if all(0 <= s < n for s, n in zip(src, x.shape)):
+            got[o] = x[tuple(src)]
+    np.testing.assert_array_equal(got, want)
+    assert KERNELS["CenterCropPad"].supports(meta)

@@ -1,5 +1,5 @@
 // Image geometry: Resize / Upsample (nearest, linear, cubic; antialias; every coordinate
-// transformation mode) and GridSample. One thread per output element, int64 indexing,
+// transformation mode), GridSample and CenterCropPad (a gather with zero fill, exact). One thread per output element, int64 indexing,
 // grid-stride loops, 256 threads per block.
 //
 // Parity with cpu_reference (resize.py, grid.py): the same float64 operations in the same
@@ -443,6 +443,49 @@ __device__ void grid_sample(const T* __restrict__ x, const T* __restrict__ grid,
         y[e] = round_from64<T>(out);
     }
 }
+
+// ------------------------------------------------------------------ CenterCropPad
+// y[o] = x[o + shift] per dim where that is inside X, else zero bytes; shift is
+// (in - out) // 2 when cropping and -((out - in) // 2) when padding (host: CropGeo).
+struct CropGeo {
+    long long in[RS_MAX];
+    long long out[RS_MAX];
+    long long stride[RS_MAX];
+    long long shift[RS_MAX];
+    int ndim;
+};
+
+template <class T>
+__device__ void center_crop_pad(const T* __restrict__ x, T* __restrict__ y, const CropGeo& g,
+                                long long n) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        long long q = i, off = 0;
+        bool inside = true;
+        for (int d = g.ndim - 1; d >= 0; --d) {
+            long long o = q % g.out[d];
+            q /= g.out[d];
+            long long src = o + g.shift[d];
+            inside = inside && src >= 0 && src < g.in[d];
+            off += src * g.stride[d];
+        }
+        T zero;
+        memset(&zero, 0, sizeof(T));
+        y[i] = inside ? x[off] : zero;
+    }
+}
+
+#define EP_CROP(W, T)                                                                          \
+    extern "C" __global__ void center_crop_pad_x##W(const T* __restrict__ x,                   \
+                                                    T* __restrict__ y, const CropGeo g,        \
+                                                    long long n) {                             \
+        center_crop_pad<T>(x, y, g, n);                                                        \
+    }
+
+EP_CROP(1, unsigned char)
+EP_CROP(2, unsigned short)
+EP_CROP(4, unsigned int)
+EP_CROP(8, unsigned long long)
 
 // ------------------------------------------------------------------ entry points
 #define EP_RESIZE(SUFFIX, T)                                                                   \

@@ -1,4 +1,5 @@
-"""Resize (opset 10+), Upsample (opset 9) and GridSample (opset 16+) on CUDA (resize.cu).
+"""Resize (opset 10+), Upsample (opset 9), GridSample (opset 16+) and CenterCropPad
+(opset 18+) on CUDA (resize.cu).
 
 One thread per output element recomputes its coordinates, coefficients and the weighted
 sums in float64 with cpu_reference's operations in cpu_reference's order (resize.py,
@@ -321,8 +322,75 @@ class GridSample(CudaKernel):
                                (y.size, I64)], ctx.stream)
 
 
+# ---------------------------------------------------------------- CenterCropPad
+
+class CropGeo(ctypes.Structure):
+    """``struct CropGeo`` of resize.cu."""
+
+    _fields_ = [("in_", ctypes.c_int64 * MAX_DIMS), ("out", ctypes.c_int64 * MAX_DIMS),
+                ("stride", ctypes.c_int64 * MAX_DIMS), ("shift", ctypes.c_int64 * MAX_DIMS),
+                ("ndim", ctypes.c_int32)]
+
+
+def crop_geometry(x_shape: Sequence[int], y_shape: Sequence[int]) -> CropGeo:
+    """Per dim ``src = out + shift``: the centred crop / pad of cpu_reference's
+    CenterCropPad, from the shapes alone (the ``shape`` input is never read)."""
+    g = CropGeo()
+    stride = 1
+    for d in range(len(x_shape) - 1, -1, -1):
+        n_in, n_out = int(x_shape[d]), int(y_shape[d])
+        g.in_[d], g.out[d], g.stride[d] = n_in, n_out, stride
+        g.shift[d] = (n_in - n_out) // 2 if n_out < n_in else -((n_out - n_in) // 2)
+        stride *= n_in
+    g.ndim = len(x_shape)
+    return g
+
+
+class CenterCropPad(CudaKernel):
+    """CenterCropPad-18: bytes moved, zeros padded (EXACT); geometry from the shapes."""
+
+    source = "resize"
+
+    def supports(self, meta: NodeMeta) -> Support:
+        x = meta.inputs[0] if meta.inputs else None
+        if x is None:
+            return Support.no("input is not a tensor of known dtype and rank")
+        if x.dtype.kind in "OUS" or x.dtype.itemsize not in (1, 2, 4, 8):
+            return Support.no(f"dtype {x.dtype} cannot live on cuda")
+        if not 1 <= len(x.shape) <= MAX_DIMS:
+            return Support.no(f"X of rank {len(x.shape)}: cuda crops ranks 1..{MAX_DIMS}")
+        axes = meta.attr("axes")
+        if axes is not None and any(normalize_axis(int(a), len(x.shape)) is None
+                                    for a in axes):
+            return Support.no(f"axes {axes} are out of range for rank {len(x.shape)}")
+        return Support.YES
+
+    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
+        return [None]   # the target shape is a value: the plan sizes Y
+
+    def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
+                               outputs: Sequence[Any], workspace: Any) -> None:
+        x, y = inputs[0], outputs[0]
+        if y.ndim != x.ndim:
+            raise self.fail(ctx, f"output rank {y.ndim} differs from input rank {x.ndim}")
+        axes = ctx.node.attr("axes")
+        kept = set(range(x.ndim)) if axes is None else \
+            {normalize_axis(int(a), x.ndim) for a in axes}
+        if any(y.shape[d] != x.shape[d] for d in range(x.ndim) if d not in kept):
+            raise self.fail(ctx, f"Y planned as {tuple(y.shape)} changes axes outside "
+                                 f"{sorted(a for a in kept if a is not None)} of X "
+                                 f"{tuple(x.shape)}")
+        if y.size == 0:
+            return
+        g = crop_geometry(x.shape, y.shape)
+        launch(self.function(f"center_crop_pad_x{x.dtype.itemsize}", x), _grid(y.size),
+               (BLOCK, 1, 1), [(x.ptr, PTR), (y.ptr, PTR), struct_arg(g), (y.size, I64)],
+               ctx.stream)
+
+
 KERNELS: list[Any] = [
     Resize("Resize", since=10),
     Resize("Upsample", since=9),
     GridSample("GridSample", since=16),
+    CenterCropPad("CenterCropPad", since=18),
 ]
