@@ -153,3 +153,77 @@ def test_conv_workspace_requirement_is_what_execution_uses(cuda_device, monkeypa
     got, ref = run_both(one_node_model("Conv", feeds, attrs), feeds)
     assert sizes == [layout.gemm_nbytes] * g.n
     assert_parity(got, ref, blas.GEMM_PARITY["float32"], "Conv")
+
+
+# ---------------------------------------------------------------- ConvTranspose
+
+CT_CASES = [
+    ((1, 2, 5, 4), (2, 3, 3, 3), {}),
+    ((1, 2, 5, 4), (2, 2, 3, 2), {"group": 2, "strides": [2, 3], "pads": [1, 0, 2, 1]}),
+    ((2, 1, 6), (1, 2, 3), {"strides": [2], "output_padding": [1], "dilations": [2]}),
+    ((1, 2, 3, 3), (2, 3, 3, 3), {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+    ((1, 2, 3, 3), (2, 3, 3, 3), {"auto_pad": "SAME_LOWER", "strides": [2, 2]}),
+    ((1, 2, 3, 3), (2, 3, 3, 3), {"output_shape": [10, 8], "strides": [3, 2]}),
+    ((1, 1, 3, 4, 2), (1, 2, 2, 3, 2), {"strides": [1, 2, 1]}),
+]
+
+
+def simulate_transpose(g: conv.ConvTransposeGeometry, x: np.ndarray, w: np.ndarray,
+                       b: np.ndarray | None) -> np.ndarray:
+    """conv.cu's conv_transpose replayed in numpy (float64, rounded once)."""
+    import itertools
+
+    (i0, o0, k0, s0, d0, b0), (i1, o1, k1, s1, d1, b1), (i2, o2, k2, s2, d2, b2) = g.axes
+    n, c, m, groups = g.n, g.c, g.m, g.groups
+    xs = x.astype(np.float64).reshape(n, c, i0, i1, i2)
+    ws = w.astype(np.float64).reshape(c, m // groups, k0, k1, k2)
+    y = np.zeros((n, m, o0, o1, o2))
+    cg, mg = c // groups, m // groups
+    for nn, mo, q0, q1, q2 in itertools.product(range(n), range(m), range(o0), range(o1),
+                                                range(o2)):
+        grp, mm = divmod(mo, mg)
+        acc = 0.0
+        for ch in range(grp * cg, (grp + 1) * cg):
+            for t in itertools.product(range(k0), range(k1), range(k2)):
+                pos = [q0 + b0 - t[0] * d0, q1 + b1 - t[1] * d1, q2 + b2 - t[2] * d2]
+                if any(p < 0 or p % s for p, s in zip(pos, (s0, s1, s2))):
+                    continue
+                ii = [p // s for p, s in zip(pos, (s0, s1, s2))]
+                if any(v >= lim for v, lim in zip(ii, (i0, i1, i2))):
+                    continue
+                acc += xs[nn, ch, ii[0], ii[1], ii[2]] * ws[ch, mm, t[0], t[1], t[2]]
+        if b is not None:
+            acc += float(b[mo])
+        y[nn, mo, q0, q1, q2] = acc
+    return y.reshape(g.out_shape).astype(x.dtype)
+
+
+@pytest.mark.parametrize("x,w,attrs", CT_CASES)
+def test_conv_transpose_geometry_and_loop_reproduce_the_reference(x, w, attrs):
+    from onnx_ep.providers.cpu_reference.conv import ConvTranspose as RefConvTranspose
+
+    m = meta("ConvTranspose", [(np.float32, x), (np.float32, w)], attrs)
+    rng = np.random.default_rng(0)
+    xa, wa = rng.standard_normal(x).astype(np.float32), rng.standard_normal(w).astype(np.float32)
+    g = conv.conv_transpose_geometry(m, x, w)
+    b = rng.standard_normal(g.m).astype(np.float32)
+    want = RefConvTranspose("ConvTranspose").run(ExecutionContext(m), xa, wa, b)
+    np.testing.assert_allclose(simulate_transpose(g, xa, wa, b), want, rtol=1e-6, atol=1e-7)
+    k = conv.ConvTranspose()
+    assert k.supports(m)
+    assert k.infer_outputs(m)[0].shape == want.shape
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("case", range(len(CT_CASES)))
+def test_conv_transpose_matches_reference(cuda_device, dtype, case):
+    x, w, attrs = CT_CASES[case]
+    dt = DTYPES[dtype]
+    xa, wa = random(x, dt, 1), random(w, dt, 2)
+    m_out = conv.conv_transpose_geometry(
+        meta("ConvTranspose", [(np.float32, x), (np.float32, w)], attrs), x, w).m
+    for feeds in ({"x": xa, "w": wa}, {"x": xa, "w": wa, "b": random((m_out,), dt, 3)}):
+        got, ref = run_both(one_node_model("ConvTranspose", feeds, attrs), feeds)
+        assert_parity(got, ref, conv.CONV_TRANSPOSE_PARITY[dtype],
+                      f"ConvTranspose {x} {w} {attrs} {dtype}")

@@ -13,6 +13,10 @@ cuBLASLt workspace follows at the next 256-byte boundary.
 
 Numerics: float32 accumulation (see blas.py): :data:`blas.GEMM_PARITY`.
 3-D convolutions are declined (cpu_reference runs them).
+
+ConvTranspose (1-3 spatial dims, grouped, dilated, pads / auto_pad / output_shape /
+output_padding) is a direct loop in conv.cu, one thread per output element, products
+and sums in float64 like the reference: :data:`CONV_TRANSPOSE_PARITY`.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import numpy as np
 from onnx_ep.core.kernel import (
     ExecutionContext,
     NodeMeta,
+    Parity,
     Support,
     TensorSpec,
     WorkspaceRequirement,
@@ -248,4 +253,153 @@ class Conv(FloatKernel):
                      layout.gemm_nbytes, beta=beta, ordinal=x.device)
 
 
-KERNELS: list[Any] = [Conv()]
+# ---------------------------------------------------------------- ConvTranspose
+
+#: float64 products and sums like the reference, another order of the float64 additions,
+#: one rounding: the reference's tolerance for float32, one output ulp for narrow floats
+CONV_TRANSPOSE_PARITY: dict[str, Parity] = {
+    "float32": Parity.tolerance(rtol=1e-5, atol=1e-6),
+    "float16": Parity.tolerance(rtol=2.0 ** -10, atol=1e-6),
+    "bfloat16": Parity.tolerance(rtol=2.0 ** -7, atol=1e-6),
+}
+
+
+@attrs.frozen
+class ConvTransposeGeometry:
+    """One ConvTranspose as 3-D (leading unit axes): per spatial axis the input and output
+    sizes, kernel, stride, dilation and ``begin`` (the output's start inside the full,
+    uncropped result); ``out_shape`` is the ONNX output."""
+
+    n: int
+    c: int
+    m: int
+    groups: int
+    axes: tuple[tuple[int, int, int, int, int, int], ...]   # (in, out, k, s, d, begin) x 3
+    out_shape: tuple[int, ...]
+
+    def launch_args(self) -> list[int]:
+        return [v for axis in self.axes for v in axis]
+
+
+def _ints(meta: NodeMeta, name: str, default: list[int], n: int) -> list[int]:
+    value = meta.attr(name, None)
+    value = list(default) if value is None else [int(v) for v in value]
+    if len(value) != n:
+        raise NodeError(f"attribute '{name}' has {len(value)} values, expected {n}",
+                        node=meta.name, op_type=meta.op_type)
+    return value
+
+
+def conv_transpose_geometry(meta: NodeMeta, x: Sequence[int],
+                            w: Sequence[int]) -> ConvTransposeGeometry:
+    """THE ConvTranspose geometry, as cpu_reference's ConvTranspose crops its full result.
+
+    :raises NodeError: shapes or attributes the reference rejects.
+    """
+    def fail(msg: str) -> NodeError:
+        return NodeError(msg, node=meta.name, op_type=meta.op_type)
+
+    x, w = tuple(int(v) for v in x), tuple(int(v) for v in w)
+    if not 3 <= len(x) <= 5 or len(w) != len(x):
+        raise fail(f"X {x} and W {w} must have the same rank 3, 4 or 5")
+    n, c = x[:2]
+    nd = len(x) - 2
+    groups = int(meta.attr("group", 1))
+    if groups < 1 or c % groups or w[0] != c:
+        raise fail(f"group={groups} must divide C={c} and W {w} must have W[0] == C")
+    kernel = tuple(int(v) for v in (meta.attr("kernel_shape", None) or w[2:]))
+    if kernel != w[2:]:
+        raise fail(f"kernel_shape {kernel} differs from W's spatial shape {w[2:]}")
+    strides = _ints(meta, "strides", [1] * nd, nd)
+    dil = _ints(meta, "dilations", [1] * nd, nd)
+    out_pad = _ints(meta, "output_padding", [0] * nd, nd)
+    spatial = x[2:]
+    full = [s * (i - 1) + op + (k - 1) * d + 1
+            for s, i, op, k, d in zip(strides, spatial, out_pad, kernel, dil)]
+    auto_pad = meta.attr("auto_pad", "NOTSET") or "NOTSET"
+    shape = meta.attr("output_shape", None)
+    if shape is not None:
+        shape = [int(v) for v in shape]
+        shape = shape[2:] if len(shape) == nd + 2 else shape
+        if len(shape) != nd:
+            raise fail(f"output_shape {shape} must have {nd} spatial values")
+    elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        shape = [i * s for i, s in zip(spatial, strides)]
+    if shape is not None:
+        total = [f - o for f, o in zip(full, shape)]
+        begin = [t // 2 if auto_pad == "SAME_UPPER" else t - t // 2 for t in total]
+        out = shape
+    elif auto_pad == "VALID":
+        begin, out = [0] * nd, list(full)
+    elif auto_pad == "NOTSET":
+        pads = _ints(meta, "pads", [0] * (2 * nd), 2 * nd)
+        out = [f - pads[a] - pads[nd + a] for a, f in enumerate(full)]
+        begin = pads[:nd]
+        if min(out) < 1:
+            raise fail(f"pads {pads} leave no output from a full result of {full}")
+    else:
+        raise fail(f"auto_pad {auto_pad!r} is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID")
+    lead = 3 - nd
+    axes = tuple([(1, 1, 1, 1, 1, 0)] * lead + [
+        (spatial[a], out[a], kernel[a], strides[a], dil[a], begin[a]) for a in range(nd)])
+    m = w[1] * groups
+    return ConvTransposeGeometry(n, c, m, groups, axes, (n, m) + tuple(out))
+
+
+class ConvTranspose(FloatKernel):
+    """Direct loop (conv.cu's conv_transpose), 1-3 spatial dims, grouped, dilated."""
+
+    def __init__(self) -> None:
+        super().__init__("ConvTranspose", since=1, parities=CONV_TRANSPOSE_PARITY)
+
+    def check(self, meta: NodeMeta) -> Support:
+        if len(meta.inputs) < 2 or meta.inputs[1] is None:
+            return Support.no("ConvTranspose needs X and W")
+        if not 3 <= len(meta.inputs[0].shape) <= 5:
+            return Support.no(f"X of rank {len(meta.inputs[0].shape)}: needs rank 3, 4 or 5")
+        sx, sw = static_shape(meta.inputs[0]), static_shape(meta.inputs[1])
+        if sx is not None and sw is not None:
+            try:
+                conv_transpose_geometry(meta, sx, sw)
+            except NodeError as e:
+                return Support.no(e.detail)
+        return Support.YES
+
+    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
+        sx, sw = static_shape(meta.inputs[0]), static_shape(meta.inputs[1])
+        if sx is None or sw is None:
+            return [None]
+        g = conv_transpose_geometry(meta, sx, sw)
+        return [TensorSpec(meta.inputs[0].dtype, g.out_shape)]
+
+    def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
+                               outputs: list[Any], workspace: WorkspaceView | None) -> None:
+        from onnx_ep.providers.cuda import runtime
+
+        x, w, y = inputs[0], inputs[1], outputs[0]
+        b = inputs[2] if len(inputs) > 2 else None
+        try:
+            g = conv_transpose_geometry(ctx.node, x.shape, w.shape)
+        except NodeError as e:
+            raise self.fail(ctx.node, e.detail) from None
+        if tuple(y.shape) != g.out_shape:
+            raise self.fail(ctx.node, f"output Y was planned as {tuple(y.shape)} but X "
+                                      f"{tuple(x.shape)} and W {tuple(w.shape)} give "
+                                      f"{g.out_shape}")
+        if b is not None and tuple(b.shape) != (g.m,):
+            raise self.fail(ctx.node, f"B has shape {tuple(b.shape)}, expected ({g.m},)")
+        fn = function("conv", "conv_transpose", x.dtype, x.device)
+        args = [(x.ptr, runtime.PTR), (w.ptr, runtime.PTR),
+                (b.ptr if b is not None else 0, runtime.PTR), (y.ptr, runtime.PTR)]
+        args += [(v, runtime.I64) for v in (g.n, g.c, g.m, g.groups, *g.launch_args())]
+        launch(fn, prod_of(g.out_shape), args, ctx.stream)
+
+
+def prod_of(dims: Sequence[int]) -> int:
+    n = 1
+    for v in dims:
+        n *= int(v)
+    return n
+
+
+KERNELS: list[Any] = [Conv(), ConvTranspose()]
