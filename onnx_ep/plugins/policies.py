@@ -4,8 +4,10 @@
 ``weight_streaming`` keeps weights in host memory and pages them into a
 bounded window before the steps that read them, evicting least recently used
 weights; counters record page-ins, evictions and bytes moved. On the CPU
-provider the window is a bounded buffer pool under the same budget, so the
-logic is exercised without a GPU. See docs/MEMORY.md.
+provider the window is a bounded buffer pool under the same budget
+(:class:`WeightStore`); on a device it is a pool of physical pages mapped under
+one stable address range (:class:`onnx_ep.core.pager.DevicePager`), which the
+session sets as the policy's ``store``. See docs/MEMORY.md.
 """
 
 from __future__ import annotations

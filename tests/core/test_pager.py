@@ -200,3 +200,26 @@ def test_steps_reading_no_device_weight_do_not_page():
     with pytest.raises(PlanError, match="one numbering"):
         pager.check_slots({"a": 3})
     pager.close()
+
+
+def test_symbolic_shapes_stream_across_signatures_and_a_forced_policy_pages_without_evicting():
+    dynamic = mlp_model(d_in=64, d_hidden=128, d_out=64)        # batch is symbolic
+    full = onnx_ep.Session(dynamic, providers=PROVIDERS, plugins=[FakeDevicePlugin()])
+    s = onnx_ep.Session(dynamic, providers=PROVIDERS, plugins=[FakeDevicePlugin()],
+                        options=SessionOptions(memory_limit=LIMIT))
+    assert s.memory_policy.name == "weight_streaming" and s.resources()["plans"] == []
+    for batch in (4, 2, 4):
+        xb = X[:batch]
+        assert s.run(None, {"x": xb})[0].tobytes() == full.run(None, {"x": xb})[0].tobytes()
+    assert len(s.resources()["plans"]) == 2
+    assert s.resources()["policy"]["counters"]["evictions"] > 0
+    s.close()
+    # forced on a roomy budget: the window holds every page, so nothing is ever evicted
+    roomy = onnx_ep.Session(dynamic, providers=PROVIDERS, plugins=[FakeDevicePlugin()],
+                            options=SessionOptions(memory_policy="weight_streaming"))
+    for _ in range(2):
+        assert roomy.run(None, {"x": X})[0].tobytes() == full.run(None, {"x": X})[0].tobytes()
+    c = roomy.resources()["policy"]["counters"]
+    assert c["page_ins"] == c["region_bytes"] // c["page_bytes"] and c["evictions"] == 0
+    roomy.close()
+    full.close()
