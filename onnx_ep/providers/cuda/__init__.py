@@ -32,8 +32,12 @@ MODULES: tuple[str, ...] = (
     "conv",
     "pool",
     "attention",
+    "loss",
+    "normalization",
     "resize",
     "indexing",
+    "einsum",
+    "quantize",
 )
 
 #: the holder that host <-> device transfers of the provider are charged to
