@@ -36,8 +36,6 @@ MODULES: tuple[str, ...] = (
     "normalization",
     "resize",
     "indexing",
-    "einsum",
-    "quantize",
 )
 
 #: the holder that host <-> device transfers of the provider are charged to
