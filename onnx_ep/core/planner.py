@@ -128,9 +128,23 @@ def build_program(graph: Graph, placement: Placement, *,
             frees_at[i].append(x)
 
     const_slots = {c for c, _ in constants}
+    # values that are views of a constant's memory (outputs of aliasing kernels such as a
+    # device Reshape): a step reading one reads the constant too, so weight streaming
+    # pages the constant in before that step, not only before the step that made the view
+    views_of: dict[int, tuple[int, ...]] = {}
     steps: list[Step] = []
     for i, (s, ins, outs) in enumerate(raw_steps):
-        const_reads = tuple(dict.fromkeys(x for x in ins if x in const_slots))
+        reads = [x for x in ins if x in const_slots]
+        for x in ins:
+            reads.extend(views_of.get(x, ()))
+        const_reads = tuple(dict.fromkeys(reads))
+        if not isinstance(s, CopyStep):
+            for o, j in (getattr(s.kernel, "aliases", None) or {}).items():
+                if o < len(outs) and outs[o] >= 0 and j < len(ins) and ins[j] >= 0:
+                    origin = ((ins[j],) if ins[j] in const_slots else ()) + views_of.get(
+                        ins[j], ())
+                    if origin:
+                        views_of[outs[o]] = origin
         if isinstance(s, CopyStep):
             device = s.src_device if s.to_host else s.dst_device
             rt = runtimes.get(device)

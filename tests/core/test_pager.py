@@ -223,3 +223,42 @@ def test_symbolic_shapes_stream_across_signatures_and_a_forced_policy_pages_with
     assert c["page_ins"] == c["region_bytes"] // c["page_bytes"] and c["evictions"] == 0
     roomy.close()
     full.close()
+
+
+def test_a_view_of_a_weight_is_paged_in_again_before_the_step_that_reads_it():
+    import onnx
+    from onnx import TensorProto, helper
+
+    from onnx_ep.plugins.policies import WeightStreaming
+    from tests.helpers.oracle import ORACLE_IR_VERSION
+
+    rng = np.random.default_rng(8)
+    w1 = rng.standard_normal(64 * 64).astype(np.float32)           # 4 pages, viewed [64, 64]
+    w2 = rng.standard_normal((64, 64)).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("Reshape", ["w1", "s"], ["r"], name="view"),    # r aliases w1
+         helper.make_node("MatMul", ["x", "w2"], ["h"], name="mm_w2"),    # evicts w1's pages
+         helper.make_node("MatMul", ["h", "r"], ["y"], name="mm_view")],  # reads w1 via r
+        "view", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 64])],
+        initializer=[onnx.numpy_helper.from_array(w1, "w1"),
+                     onnx.numpy_helper.from_array(np.array([64, 64], np.int64), "s"),
+                     onnx.numpy_helper.from_array(w2, "w2")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)],
+                              ir_version=ORACLE_IR_VERSION)
+
+    class Window:
+        @onnx_ep.hookimpl
+        def onnx_ep_select_memory_policy(self, model_bytes, planned_peak, budget, options):
+            return WeightStreaming(window_bytes=5 * 4096)
+
+    ops = ("MatMul", "Reshape")
+    full = onnx_ep.Session(model, providers=PROVIDERS, plugins=[FakeDevicePlugin(ops)])
+    s = onnx_ep.Session(model, providers=PROVIDERS, plugins=[FakeDevicePlugin(ops), Window()])
+    assert s.placement_summary() == {"fake": 3}
+    for _ in range(2):
+        y = s.run(None, {"x": X})[0]
+        assert not np.isnan(y).any() and y.tobytes() == full.run(None, {"x": X})[0].tobytes()
+    assert s.resources()["policy"]["counters"]["evictions"] > 0
+    s.close()
+    full.close()
