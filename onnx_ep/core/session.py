@@ -231,7 +231,7 @@ class Session:
             self.memory_policy.store = self._weights
             self._held.append(self._weights.reservation)
         elif self._graph.weight_bytes:
-            # on a device the binding reserved the weights (uploads or the pager's window)
+            # host weights, resident for the session's life (a device binding reserves its own)
             self._held.append(self._authority.reserve(self._graph.weight_bytes, Role.WEIGHTS,
                                                       self.holder))
         self._persistent: Reservation | None = None
