@@ -114,8 +114,7 @@ def test_scatter_nd_applies_duplicates_in_index_order(cuda_device, dtype, reduct
 # ---------------------------------------------------------------- CumSum, CumProd
 
 @pytest.mark.parametrize("op,opset", [("CumSum", 14), ("CumProd", 26)])
-@pytest.mark.parametrize("dtype", [F32, F16, BF16, np.dtype(np.float64), np.dtype(np.int32),
-                                   np.dtype(np.int64)], ids=str)
+@pytest.mark.parametrize("dtype", [F32, F16, BF16, np.dtype(np.int64)], ids=str)
 def test_scans_follow_the_reference_order(cuda_device, op, opset, dtype):
     x = random((3, 7, 4), dtype, scale=1.5)
     if op == "CumProd" and np.dtype(dtype).kind in "iu":

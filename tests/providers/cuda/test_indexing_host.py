@@ -380,3 +380,67 @@ def test_space_depth_plan_is_the_reference_transpose(op, mode):
                                            mode=mode))
     assert spec == [TensorSpec(F32, out)]
     assert ix.space_depth_plan(op, (1, 3, 3, 3), 2, mode) is None
+
+
+# ---------------------------------------------------------------- launches (no device)
+
+class _FakeTensor:
+    _next = 4096
+
+    def __init__(self, dtype, shape):
+        self.dtype, self.shape, self.device = np.dtype(dtype), tuple(shape), 0
+        _FakeTensor._next += 4096
+        self.ptr = _FakeTensor._next
+
+    ndim = property(lambda self: len(self.shape))
+    size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
+    nbytes = property(lambda self: self.size * self.dtype.itemsize)
+
+
+def _param_counts() -> dict[str, int]:
+    """Parameters of every ``extern "C"`` macro signature in indexing.cu, by op prefix."""
+    import pathlib
+    import re
+
+    text = pathlib.Path(ix.__file__).with_suffix(".cu").read_text()
+    return {m.group(1): m.group(2).count(",") + 1
+            for m in re.finditer(r"void (\w+)_##S\((.*?)\)\s*\{", text, re.S)}
+
+
+LAUNCH_CASES = [
+    ("Pad", [(F32, (2, 3)), (I64, (4,)), (F32, ()), (np.int32, (2,))], [(F32, (3, 5))], 21,
+     {"mode": "reflect"}),
+    ("Pad", [(np.bool_, (2, 3))], [(np.bool_, (3, 5))], 2, {"pads": [1, 1, 0, 1]}),
+    ("GatherElements", [(F32, (3, 4)), (I64, (2, 4))], [(F32, (2, 4))], 13, {"axis": 1}),
+    ("ScatterElements", [(F32, (3, 4)), (I64, (2, 4)), (F32, (2, 4))], [(F32, (3, 4))], 18,
+     {"reduction": "max"}),
+    ("ScatterND", [(F32, (3, 4)), (I64, (2, 1)), (F32, (2, 4))], [(F32, (3, 4))], 18, {}),
+    ("CumSum", [(F32, (3, 4)), (np.int32, ())], [(F32, (3, 4))], 14, {"exclusive": 1}),
+    ("CumProd", [(np.uint64, (3, 4)), (I64, (1,))], [(np.uint64, (3, 4))], 26, {}),
+    ("TopK", [(np.float16, (3, 4)), (I64, (1,))], [(np.float16, (3, 2)), (I64, (3, 2))], 11, {}),
+    ("Dropout", [(F32, (3, 4))], [(F32, (3, 4)), (np.bool_, (3, 4))], 13, {}),
+    ("ReverseSequence", [(F32, (4, 3, 2, 2)), (I64, (3,))], [(F32, (4, 3, 2, 2))], 10, {}),
+]
+
+
+@pytest.mark.parametrize("op,ins,outs,opset,attrs", LAUNCH_CASES, ids=lambda v: str(v)[:20])
+def test_launch_arguments_match_the_kernel_signatures(monkeypatch, op, ins, outs, opset, attrs):
+    from onnx_ep.providers.cuda import runtime
+
+    counts, launched = _param_counts(), []
+
+    def fake_launch(fn, grid, block, args, stream, shared=0):
+        prefix = fn.rsplit("_", 1)[0]
+        assert counts[prefix] == len(args), (fn, counts[prefix], len(args))
+        launched.append(fn)
+
+    monkeypatch.setattr(ix, "launch", fake_launch)
+    monkeypatch.setattr(ix.CudaKernel, "function", lambda self, symbol, t: symbol)
+    monkeypatch.setattr(runtime, "copy_dtod", lambda *a: launched.append("copy"))
+    x = [_FakeTensor(d, s) for d, s in ins]
+    y = [_FakeTensor(d, s) for d, s in outs]
+    meta = _meta(op, [TensorSpec(t.dtype, t.shape) for t in x], opset, len(y), **attrs)
+    k = KERNELS[op]
+    assert k.supports(meta)
+    k.bind(meta).execute_with_workspace(ExecutionContext(meta), x, y, None)
+    assert launched
