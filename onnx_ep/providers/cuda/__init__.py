@@ -36,6 +36,7 @@ MODULES: tuple[str, ...] = (
     "normalization",
     "resize",
     "indexing",
+    "einsum",
 )
 
 #: the holder that host <-> device transfers of the provider are charged to
