@@ -114,8 +114,8 @@ def _values(dtype: np.dtype, n: int, rng, *, specials: bool = False) -> np.ndarr
         v = rng.integers(info.min, info.max, n, endpoint=True, dtype=dtype)
         lo = max(int(info.min), -20)  # small values, and every edge, first
         v[: min(n, 40)] = np.arange(lo, lo + 40)[: min(n, 40)].astype(dtype)
-        v[40:44][: max(0, min(n, 44) - 40)] = np.array(
-            [info.min, info.max, info.min + 1, info.max - 1], dtype=dtype)[: max(0, min(n, 44) - 40)]
+        edges = np.array([info.min, info.max, info.min + 1, info.max - 1], dtype=dtype)
+        v[40:44] = edges[: len(v[40:44])]
         return v
     scale = rng.choice([1e-3, 0.3, 1.0, 3.0, 30.0], n)
     v = rng.standard_normal(n) * scale
@@ -359,3 +359,25 @@ def test_mean_rounds_the_sum_before_dividing(stream, allocator):
     got = _run_cuda("Mean", arrays, meta, stream, allocator)
     want = _reference("Mean", arrays, meta)
     _assert_same_bytes("Mean", got, want, arrays, nan_payload=False)
+
+
+POW_MIXED = [(b, e) for b in sorted(elementwise.NARROW_FLOATS, key=str)
+             for e in sorted(elementwise.POW_EXPONENTS - {b}, key=str)]
+
+
+@pytest.mark.parametrize("base,exp", POW_MIXED, ids=[f"{b}-{e}" for b, e in POW_MIXED])
+def test_pow_with_an_exponent_of_another_dtype(base, exp, stream, allocator):
+    rng = np.random.default_rng(12)
+    x = _values(base, 16 * 33, rng, specials=True).reshape(16, 33)
+    if np.dtype(exp).kind in "iu":
+        signed = np.dtype(exp).kind == "i"
+        e = rng.integers(-4 if signed else 0, 9, 33).astype(exp)
+        e[:6] = [0, 1, 2, 3, 5, np.iinfo(exp).max]
+        e[6] = -1 if signed else np.iinfo(exp).max - 1
+    else:
+        e = _values(exp, 33, rng, specials=True)
+        e[:4] = [2.0, 0.5, -1.0, 3.0]
+    for a, b in ((x, e), (x, np.ascontiguousarray(e[:1])), (np.ascontiguousarray(x[:1, :1]), e)):
+        meta = _meta("Pow", [a, b])
+        _assert_same_bytes("Pow", _run_cuda("Pow", [a, b], meta, stream, allocator),
+                           _reference("Pow", [a, b], meta), [a, b], nan_payload=False)

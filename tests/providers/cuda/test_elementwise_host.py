@@ -113,14 +113,16 @@ def _symbols(source: str) -> set[str]:
     """Kernel names the macros of ``source`` instantiate (parsed, not compiled)."""
     text = (KERNELS_DIR / f"{source}.cu").read_text()
     names = set(re.findall(r'extern "C" __global__ void (\w+)\(', text))
-    macro_calls = re.findall(r"\b(UNARY_F4|UNARY_F|UNARY_SI|UNARY_UI|UNARY_I|ISNAN|ISINF|BIN_FLOATS|"
-                             r"BIN_INTS|BIN_F|POW_F|CMP_NUM|CMP|WHERE|CAST_FROM|CLIP_F|CLIP_I)"
+    macro_calls = re.findall(r"\b(UNARY_F4|UNARY_F|UNARY_SI|UNARY_UI|UNARY_I|ISNAN|ISINF|"
+                             r"BIN_FLOATS|"
+                             r"BIN_ARITH|BIN_INTS|BIN_F|POW_FROM|POW_F|CMP_NUM|CMP|WHERE|"
+                             r"CAST_FROM|CLIP_F|CLIP_I)"
                              r"\(([^()]*)\)", text)
     float_sfx = ["f32", "f16", "bf16", "f64"]
     signed, unsigned = ["i64", "i32", "i16", "i8"], ["u64", "u32", "u16", "u8"]
     for macro, args in macro_calls:
         a = [s.strip() for s in args.split(",")]
-        if macro in ("UNARY_F4", "BIN_FLOATS"):
+        if macro in ("UNARY_F4", "BIN_FLOATS", "BIN_ARITH"):
             names |= {f"{a[0]}_{s}" for s in float_sfx}
         elif macro == "UNARY_SI":
             names |= {f"{a[0]}_{s}" for s in signed}
@@ -139,6 +141,9 @@ def _symbols(source: str) -> set[str]:
         elif macro == "POW_F":
             if a[0] != "T":
                 names.add(f"pow_{a[1]}")
+        elif macro == "POW_FROM":
+            if a[0] != "T":
+                names |= {f"pow_{a[1]}_{e}" for e in float_sfx + signed + unsigned}
         elif macro in ("CLIP_F", "CLIP_I"):
             if a[0] != "T":
                 names.add(f"clip_{a[1]}")
@@ -218,7 +223,9 @@ def test_supports_declines_with_reasons():
     assert not row("Add").supports(meta("Add", (f32, (2, 3)), (f32, (3,)), opset=6))
     assert row("Add").supports(meta("Add", (f32, (2, 3)), (f32, (2, 3)), opset=6))
     assert not row("Pow").supports(meta("Pow", (f64, (3,)), (f64, (3,))))
-    assert not row("Pow").supports(meta("Pow", (f32, (3,)), (np.int64, (3,))))
+    assert row("Pow").supports(meta("Pow", (f32, (3,)), (np.int64, (3,))))        # T1 != T2
+    assert not row("Pow").supports(meta("Pow", (np.int64, (3,)), (f32, (3,))))    # truncates
+    assert not row("Pow").supports(meta("Pow", (f32, (3,)), (np.bool_, (3,))))
     assert not row("Mod").supports(meta("Mod", (f32, (3,)), (f32, (3,)), fmod=2))
     assert not row("Less").supports(meta("Less", (np.bool_, (3,)), (np.bool_, (3,))))
     assert row("Equal").supports(meta("Equal", (np.bool_, (3,)), (np.bool_, (3,))))
@@ -389,3 +396,16 @@ def test_new_unary_rows_bind_their_attributes():
         assert not row(op).supports(meta(op, (np.float64, (3,))))
     assert row("BitwiseNot").bind(meta("BitwiseNot", (np.uint16, (3,)))).symbol \
         == "bitwise_not_u16"
+
+
+def test_pow_with_an_exponent_of_another_dtype_has_a_symbol():
+    have = _symbols("elementwise")
+    pw = row("Pow")
+    for base in elementwise.NARROW_FLOATS:
+        for exp in elementwise.POW_EXPONENTS - {base}:
+            m = meta("Pow", (base, (2, 3)), (exp, (3,)))
+            assert pw.supports(m), (base, exp)
+            assert pw.bind(m).symbol in have, pw.bind(m).symbol
+            assert pw.infer_outputs(m) == [TensorSpec(base, (2, 3))]
+    assert pw.bind(meta("Pow", (np.float32, (3,)), (np.int64, ()))).symbol == "pow_f32_i64"
+    assert pw.bind(meta("Pow", (np.float32, (3,)), (np.float32, ()))).symbol == "pow_f32"

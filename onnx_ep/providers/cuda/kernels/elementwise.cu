@@ -414,6 +414,21 @@ struct BPRelu { template <class C> static __device__ C f(C a, C b) {
 struct IPRelu { template <class T> static __device__ T f(T a, T b) {
     return a < 0 ? IMul::f<T>(a, b) : a; } };
 
+// Pow with an exponent of another dtype: cpu_reference widens both to float64 (an int64
+// exponent rounds to nearest there, as (double) does) and rounds the result once
+template <class E> __device__ __forceinline__ double as_f64(E v) { return (double)v; }
+__device__ __forceinline__ double as_f64(float v) { return to_f64(v); }
+__device__ __forceinline__ double as_f64(f16 v) { return to_f64(v); }
+__device__ __forceinline__ double as_f64(bf16 v) { return to_f64(v); }
+template <class T, class E>
+__device__ __forceinline__ void pow_mixed(const T* a, const E* b, T* y, i64 n, const Bcast& bc) {
+    for (i64 i = grid_start(); i < n; i += grid_step()) {
+        i64 off[2];
+        offsets<2>(bc, i, off);
+        y[i] = round_from64<T>(pow64(to_f64(a[off[0]]), as_f64(b[off[1]])));
+    }
+}
+
 // comparisons and logic: bool output; floats compared exactly in their compute type
 struct CEq { template <class C> static __device__ bool f(C a, C b) { return a == b; } };
 struct CLt { template <class C> static __device__ bool f(C a, C b) { return a < b; } };
@@ -658,3 +673,16 @@ BIN_INTS(shr, IShr)
 BIN_F(prelu, BPRelu, float, f32, double) BIN_F(prelu, BPRelu, __half, f16, double)
 BIN_F(prelu, BPRelu, __nv_bfloat16, bf16, double) BIN_F(prelu, BPRelu, double, f64, double)
 BIN_INTS(prelu, IPRelu)
+
+// Pow of a float base with an exponent of another dtype: pow_<base>_<exponent>
+#define POW_M(T, TS, E, ES) \
+    extern "C" __global__ void pow_##TS##_##ES(const T* a, const E* b, T* y, long long n, \
+                                               Bcast bc) { \
+        pow_mixed<T, E>(a, b, y, n, bc); }
+#define POW_FROM(T, TS) \
+    POW_M(T, TS, long long, i64) POW_M(T, TS, int, i32) POW_M(T, TS, short, i16) \
+    POW_M(T, TS, signed char, i8) POW_M(T, TS, unsigned long long, u64) \
+    POW_M(T, TS, unsigned int, u32) POW_M(T, TS, unsigned short, u16) \
+    POW_M(T, TS, unsigned char, u8) POW_M(T, TS, float, f32) POW_M(T, TS, __half, f16) \
+    POW_M(T, TS, __nv_bfloat16, bf16) POW_M(T, TS, double, f64)
+POW_FROM(float, f32) POW_FROM(__half, f16) POW_FROM(__nv_bfloat16, bf16)

@@ -1,4 +1,5 @@
-"""CUDA elementwise family: unary math and activations, broadcasting binary ops, Where, Clip.
+"""CUDA elementwise family: unary math and activations, broadcasting binary ops, variadic
+Sum / Mean / Max / Min, Where, Clip.
 
 One class per family (:class:`Unary`, :class:`Binary`, :class:`Where`), one instance per
 table row; the CUDA bodies are templates in ``elementwise.cu`` named ``<op>_<suffix>``.
@@ -437,27 +438,24 @@ class Binary:
     """``y = a op b`` with numpy broadcasting of up to 6 dims; one instance per row.
 
     :param out_bool: the result is bool (comparisons, logic) rather than the input dtype.
-    :param variadic: Max / Min: the ONNX op is variadic; only the two-input form runs here.
     """
 
     family = "binary"
 
     def __init__(self, op_type: str, symbol: str, dtypes: frozenset[np.dtype], *,
-                 since: int = 1, out_bool: bool = False, variadic: bool = False) -> None:
+                 since: int = 1, out_bool: bool = False) -> None:
         self.key = OpKey("", op_type, since)
         self.parity = Parity.EXACT
         self.symbol = symbol
         self.dtypes = dtypes
         self.out_bool = out_bool
-        self.variadic = variadic
 
     def __repr__(self) -> str:
         return f"Binary({self.key})"
 
     def supports(self, meta: NodeMeta) -> Support:
         if len(meta.inputs) != 2:
-            what = "two inputs (the variadic form falls back)" if self.variadic else "two inputs"
-            return Support.no(f"needs {what}, got {len(meta.inputs)}")
+            return Support.no(f"needs two inputs, got {len(meta.inputs)}")
         a, b = meta.inputs
         if not (_known(a) and _known(b)):
             return Support.no("needs tensor inputs of known dtype and rank")
@@ -531,6 +529,42 @@ class BitShift(Binary):
         return _Bound(self, f"{symbol}_{suffix(meta.inputs[0].dtype)}")  # type: ignore[union-attr]
 
 
+#: exponent dtypes of Pow with a float base of another dtype (kernels ``pow_<base>_<exp>``)
+POW_EXPONENTS = NUMERIC
+
+
+class Pow(Binary):
+    """Pow: ONNX lets the exponent have another dtype than the base. A float16 / bfloat16 /
+    float32 base with an exponent of :data:`POW_EXPONENTS` runs ``pow_<base>_<exp>``: both
+    widened to float64 as the reference does, ``pow`` there, rounded once to the base's
+    dtype. Integer bases with float exponents are declined: the reference truncates the
+    float64 power to an integer, where a one-ulp libm difference below an exact integer
+    would change the result."""
+
+    def supports(self, meta: NodeMeta) -> Support:
+        if len(meta.inputs) != 2 or not all(_known(s) for s in meta.inputs):
+            return super().supports(meta)
+        a, b = meta.inputs
+        assert a is not None and b is not None
+        if a.dtype == b.dtype:
+            return super().supports(meta)
+        if a.dtype not in NARROW_FLOATS or b.dtype not in POW_EXPONENTS:
+            return Support.no(f"base {a.dtype} with exponent {b.dtype}: mixed dtypes run for "
+                              f"a ({dtype_names(NARROW_FLOATS)}) base and a "
+                              f"({dtype_names(POW_EXPONENTS)}) exponent")
+        if meta.opset < 7 and tuple(a.shape) != tuple(b.shape):
+            return Support.no(f"legacy broadcast (opset {meta.opset} < 7) of {a.shape} and "
+                              f"{b.shape} is not implemented")
+        return _check_broadcast(a.shape, b.shape)
+
+    def bind(self, meta: NodeMeta) -> _Bound:
+        a, b = meta.inputs
+        assert a is not None and b is not None
+        if a.dtype != b.dtype:
+            return _Bound(self, f"pow_{suffix(a.dtype)}_{suffix(b.dtype)}")
+        return super().bind(meta)
+
+
 class PRelu(Binary):
     """PRelu: ``slope`` broadcasts to ``x`` without growing it (unidirectional)."""
 
@@ -555,7 +589,7 @@ _BINARY: list[Binary] = [
     Binary("Mul", "mul", NUMERIC),
     Binary("Div", "div", NUMERIC),
     Binary("Mod", "mod", NUMERIC, since=10),
-    Binary("Pow", "pow", NARROW_FLOATS | INTS),
+    Pow("Pow", "pow", NARROW_FLOATS | INTS),
     BitShift("BitShift", "shl", INTS, since=11),
     Binary("BitwiseAnd", "bitwise_and", INTS, since=18),
     Binary("BitwiseOr", "bitwise_or", INTS, since=18),
@@ -608,11 +642,10 @@ class Variadic:
         specs = meta.inputs
         if not specs or not all(_known(s) for s in specs):
             return Support.no("needs one or more tensor inputs of known dtype and rank")
-        dts = {s.dtype for s in specs}  # type: ignore[union-attr]
-        if len(dts) > 1:
-            return Support.no(f"inputs must share one dtype, got "
-                              f"{', '.join(str(s.dtype) for s in specs)}")  # type: ignore[union-attr]
-        (dt,) = dts
+        dts = [s.dtype for s in specs]  # type: ignore[union-attr]
+        if len(set(dts)) > 1:
+            return Support.no(f"inputs must share one dtype, got {', '.join(map(str, dts))}")
+        dt = dts[0]
         if dt not in self.dtypes:
             return Support.no(f"dtype {dt} not in ({dtype_names(self.dtypes)})")
         return _check_broadcast(*(s.shape for s in specs))  # type: ignore[union-attr]
