@@ -37,7 +37,6 @@ MODULES: tuple[str, ...] = (
     "resize",
     "indexing",
     "einsum",
-    "quantize",
 )
 
 #: the holder that host <-> device transfers of the provider are charged to
