@@ -35,37 +35,30 @@ def _meta(op, inputs, opset=19, **attrs):
 # ---------------------------------------------------------------- replay of resize.cu
 
 def _sum(vals, pairwise):
-    """np_sum of resize.cu (numpy's add.reduce order)."""
+    """resize.cu's NpSum: values pushed in order; rows of 8..128 along an innermost axis
+    in numpy's pairwise order (8 accumulators, a tree, then the rest in order)."""
     n = len(vals)
-    if pairwise and n >= 8:
-        return 0.0 + _pairwise(vals)
-    s = 0.0
-    for v in vals:
-        s += v
-    return s
-
-
-def _pairwise(a):
-    n = len(a)
-    if n < 8:
-        res = -0.0
-        for v in a:
+    body = n - n % 8
+    if not (pairwise and n >= 8):
+        res = 0.0
+        for v in vals:
             res += v
         return res
-    if n <= 128:
-        r = list(a[:8])
-        i = 8
-        while i < n - (n % 8):
-            for j in range(8):
-                r[j] += a[i + j]
-            i += 8
-        res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
-        for v in a[i:]:
+    r, res = [0.0] * 8, 0.0
+
+    def tree():
+        return ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+
+    for i, v in enumerate(vals):
+        if i < 8:
+            r[i] = v
+        elif i < body:
+            r[i % 8] += v
+        else:
+            if i == body:
+                res = tree()
             res += v
-        return res
-    n2 = n // 2
-    n2 -= n2 % 8
-    return _pairwise(a[:n2]) + _pairwise(a[n2:])
+    return 0.0 + (tree() if body == n else res)
 
 
 def _cubic(s, a):
@@ -260,7 +253,8 @@ CASES = [
      (1, 1, 4, 4), None, _i64(1, 1, 3, 1), None),
     ({"mode": "linear", "antialias": 1}, 19, (1, 1, 4, 4), _f32(1, 1, 0.6, 0.6), None, None),
     ({"mode": "linear", "antialias": 1}, 19, (2, 3, 40), None, _i64(2, 3, 3), None),
-    ({"mode": "linear", "antialias": 1}, 19, (3, 200), None, _i64(3, 2), None),
+    ({"mode": "linear", "antialias": 1}, 19, (3, 100), None, _i64(3, 2), None),
+    ({"mode": "cubic", "antialias": 1}, 19, (2, 61), _f32(1, 0.1), None, None),
     ({"mode": "cubic", "antialias": 1}, 19, (40, 30), None, _i64(3, 4), None),
     ({"mode": "cubic"}, 19, (1, 1, 4, 4), _f32(1, 1, 0.8, 0.8), None, None),
     ({"mode": "cubic", "cubic_coeff_a": -0.5, "exclude_outside": 1}, 19, (1, 1, 4, 4),
@@ -469,3 +463,16 @@ def test_center_crop_pad_geometry_replays_the_reference(x_shape, target, axes):
             got[o] = x[tuple(src)]
     np.testing.assert_array_equal(got, want)
     assert KERNELS["CenterCropPad"].supports(meta)
+
+
+def test_resize_bounds_antialias_rows_to_what_the_kernel_replays():
+    opts = rs.resize_options(_meta("Resize", [TensorSpec(F32, (3, 100))], mode="linear",
+                                   antialias=1))
+    assert rs.max_taps((3, 100), (3, 2), [0, 1], opts) == 100
+    assert rs.max_taps((3, 300), (3, 2), [0, 1], opts) > rs.MAX_TAPS
+    x = TensorSpec(F32, (3, 300))
+    meta = NodeMeta(name="n", op_type="Resize", domain="", opset=19,
+                    attrs={"mode": "linear", "antialias": 1},
+                    inputs=(x, None, None, TensorSpec(np.dtype(np.int64), (2,))),
+                    outputs=(TensorSpec(F32, (3, 2)),), output_names=("y",))
+    assert not KERNELS["Resize"].supports(meta)

@@ -75,37 +75,42 @@ template <> __device__ __forceinline__ double load64<f16>(f16 v) { return to_f64
 template <> __device__ __forceinline__ double load64<bf16>(bf16 v) { return to_f64(v); }
 
 // ------------------------------------------------------------------ numpy's summation orders
-// numpy's pairwise_sum for one contiguous row of n values f(0..n-1)
-template <class F>
-__device__ double pairwise_sum(long long lo, long long n, const F& f) {
-    if (n < 8) {
-        double res = -0.0;
-        for (long long i = 0; i < n; ++i) res += f(lo + i);
-        return res;
+// add.reduce of n values pushed in index order, from the identity 0.0: in order, except
+// that a row of 8..128 values along an innermost axis is summed pairwise as numpy's
+// pairwise_sum does (8 accumulators, combined as a tree, then the rest in order). Values
+// arrive one at a time, so sums nest without recursion (no device function calls itself:
+// ptxas knows the whole stack). numpy splits rows over 128 values in halves first: the
+// host refuses those (resize.py MAX_TAPS).
+struct NpSum {
+    double r[8];
+    double res;
+    long long i, n, body;
+    bool pw;
+    __device__ __forceinline__ void init(long long count, bool pairwise) {
+        n = count;
+        i = 0;
+        pw = pairwise && n >= 8;
+        body = n - n % 8;
+        res = 0.0;
     }
-    if (n <= 128) {
-        double r[8];
-        for (int j = 0; j < 8; ++j) r[j] = f(lo + j);
-        long long i = 8;
-        for (; i < n - (n % 8); i += 8)
-            for (int j = 0; j < 8; ++j) r[j] += f(lo + i + j);
-        double res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
-        for (; i < n; ++i) res += f(lo + i);
-        return res;
+    __device__ __forceinline__ double tree() const {
+        return ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
     }
-    long long n2 = n / 2;
-    n2 -= n2 % 8;
-    return pairwise_sum(lo, n2, f) + pairwise_sum(lo + n2, n - n2, f);
-}
-
-// add.reduce of f(0..n-1) from the identity 0.0: pairwise along an innermost axis
-template <class F>
-__device__ double np_sum(long long n, bool pairwise, const F& f) {
-    double s = 0.0;
-    if (pairwise && n >= 8) return s + pairwise_sum(0, n, f);
-    for (long long i = 0; i < n; ++i) s += f(i);
-    return s;
-}
+    __device__ __forceinline__ void push(double v) {
+        if (!pw) res += v;
+        else if (i < 8) r[i] = v;
+        else if (i < body) r[i % 8] += v;
+        else {
+            if (i == body) res = tree();
+            res += v;
+        }
+        ++i;
+    }
+    __device__ __forceinline__ double result() const {
+        if (!pw) return res;
+        return 0.0 + (body == n ? tree() : res);
+    }
+};
 
 // ------------------------------------------------------------------ per-axis plan
 struct AxisPlan {
@@ -254,36 +259,74 @@ __device__ void plan_axis(const ResizeGeo& g, const ResizeParams& p, int d, long
         double support = g.mode == 1 ? 1.0 : 2.0;
         a.start = (long long)floor(-support / a.scale) + 1;
         a.n = 2 - 2 * a.start;
-        const AxisPlan& c = a;
-        a.total1 = np_sum(a.n, true, [&](long long k) { return raw_coeff(g, c, k); });
+        NpSum t;
+        t.init(a.n, true);
+        for (long long k = 0; k < a.n; ++k) t.push(raw_coeff(g, a, k));
+        a.total1 = t.result();
     } else {
         a.start = g.mode == 1 ? 0 : -1;
         a.n = g.mode == 1 ? 2 : 4;
     }
     if (g.exclude_outside) {
-        const AxisPlan& c = a;
-        double t = np_sum(a.n, true, [&](long long k) {
-            return tap_outside(c, k, in_len) ? 0.0 : coeff1(g, c, k);
-        });
-        a.total2 = t == 0.0 ? 1.0 : t;
+        NpSum t;
+        t.init(a.n, true);
+        for (long long k = 0; k < a.n; ++k)
+            t.push(tap_outside(a, k, in_len) ? 0.0 : coeff1(g, a, k));
+        double total = t.result();
+        a.total2 = total == 0.0 ? 1.0 : total;
     }
 }
 
-// the interpolated value at levels lvl..0 (levels are the interpolated dims, ascending)
+// The nested sums sum_k w_k(level m-1) * (... sum_j w_j(level 0) * x ...) over the
+// interpolated dims (level l is dims[l], ascending), walked as an odometer with one NpSum
+// per level: a level whose coordinate is outside the crop is the extrapolation value.
 template <class T>
 __device__ double interp(const T* __restrict__ x, const ResizeGeo& g, const AxisPlan* plans,
-                         const int* dims, int lvl, long long off) {
-    if (lvl < 0) return load64(x[off]);
-    int d = dims[lvl];
-    const AxisPlan& a = plans[d];
-    if (a.outside) return g.extrapolation;
-    long long in_len = g.in[d];
-    return np_sum(a.n, g.pairwise[d] != 0, [&](long long k) {
-        long long idx = a.base + a.start + k;
-        idx = idx < 0 ? 0 : (idx > in_len - 1 ? in_len - 1 : idx);
-        double v = interp(x, g, plans, dims, lvl - 1, off + idx * g.stride[d]);
-        return v * coeff(g, a, k, in_len);
-    });
+                         const int* dims, int m, long long base_off) {
+    NpSum acc[RS_MAX];
+    long long k[RS_MAX];
+    long long off[RS_MAX + 1];
+    off[m] = base_off;
+    int l = m - 1;
+    bool entering = true;
+    double v = 0.0;
+    while (true) {
+        if (entering) {
+            if (l < 0) {                       // a leaf: one input element
+                v = load64(x[off[0]]);
+                l = 0;
+                entering = false;
+                continue;
+            }
+            const AxisPlan& a = plans[dims[l]];
+            if (a.outside) {
+                v = g.extrapolation;
+                l += 1;
+                entering = false;
+                continue;
+            }
+            acc[l].init(a.n, g.pairwise[dims[l]] != 0);
+            k[l] = 0;
+        } else {
+            if (l >= m) return v;              // the value of the outermost level
+            const AxisPlan& a = plans[dims[l]];
+            acc[l].push(v * coeff(g, a, k[l], g.in[dims[l]]));
+            k[l] += 1;
+            if (k[l] >= a.n) {
+                v = acc[l].result();
+                l += 1;
+                continue;
+            }
+        }
+        // descend into tap k[l] of level l
+        int d = dims[l];
+        const AxisPlan& a = plans[d];
+        long long idx = a.base + a.start + k[l];
+        idx = idx < 0 ? 0 : (idx > g.in[d] - 1 ? g.in[d] - 1 : idx);
+        off[l] = off[l + 1] + idx * g.stride[d];
+        l -= 1;
+        entering = true;
+    }
 }
 
 template <class T>
@@ -314,7 +357,7 @@ __device__ void resize(const T* __restrict__ x, T* __restrict__ y, const ResizeG
         }
         for (int d = 0; d < g.ndim; ++d)
             if (!plans[d].skip) dims[levels++] = d;
-        y[i] = Store<T>::from64(interp(x, g, plans, dims, levels - 1, off), lo, hi);
+        y[i] = Store<T>::from64(interp(x, g, plans, dims, levels, off), lo, hi);
     }
 }
 

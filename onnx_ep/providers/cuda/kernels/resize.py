@@ -156,6 +156,37 @@ def resize_geometry(x_shape: Sequence[int], y_shape: Sequence[int], axes: Sequen
     return g
 
 
+#: resize.cu sums an antialias row of at most this many taps in numpy's pairwise order
+#: (numpy splits longer rows in halves first, which the kernel does not replay)
+MAX_TAPS = 128
+
+
+def max_taps(x_shape: Sequence[int], y_shape: Sequence[int], axes: Sequence[int],
+             opts: dict[str, Any]) -> int:
+    """An upper bound of the taps per output of an antialias axis (2 or 4 otherwise).
+
+    The scale of an axis is at least ``out / in`` (``floor(scale * in) == out`` for
+    scales, ``out / in`` exactly for sizes), or ``(out - 0.5) / in`` when a
+    keep_aspect_ratio_policy rounds the common scale; downsampling by ``scale`` takes
+    ``-2 * floor(-support / scale)`` taps.
+    """
+    if opts["mode"] == "nearest":
+        return 1
+    support = 1.0 if opts["mode"] == "linear" else 2.0
+    taps = 2 if opts["mode"] == "linear" else 4
+    if not opts["antialias"]:
+        return taps
+    slack = 0.0 if opts["keep_aspect_ratio_policy"] == "stretch" else 0.5
+    for a in axes:
+        n_in, n_out = int(x_shape[a]), int(y_shape[a])
+        if n_out < 1 or n_in < 1 or n_out - slack <= 0:
+            continue
+        scale = (n_out - slack) / n_in
+        if scale < 1.0:
+            taps = max(taps, -2 * int(np.floor(-support / scale)))
+    return taps
+
+
 def int_bounds(dtype: Any) -> tuple[float, float]:
     """Saturation bounds of an integer output (unused for floats)."""
     dt = np.dtype(dtype)
@@ -208,6 +239,13 @@ class Resize(CudaKernel):
             return Support.no(f"roi of dtype {roi.dtype}: cuda reads float16/32/64")
         if scales is None and sizes is None:
             return Support.no("neither scales nor sizes is given")
+        y = meta.outputs[0] if meta.outputs else None
+        if opts["antialias"] and x.is_static and y is not None and y.is_static:
+            axes = resize_axes(meta, len(x.shape), opts) or []
+            taps = max_taps(x.shape, y.shape, axes, opts)
+            if taps > MAX_TAPS:
+                return Support.no(f"antialias rows of up to {taps} taps: cuda replays "
+                                  f"numpy's summation order up to {MAX_TAPS}")
         return Support.YES
 
     def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
@@ -245,6 +283,11 @@ class Resize(CudaKernel):
                 raise self.fail(ctx, f"tf_crop_and_resize needs roi with 2 values per "
                                      f"resized axis {axes}")
             roi_dtype = roi.dtype
+        taps = max_taps(x.shape, y.shape, axes, opts)
+        if taps > MAX_TAPS:
+            raise self.fail(ctx, f"antialias rows of up to {taps} taps from {tuple(x.shape)} "
+                                 f"to {tuple(y.shape)}: cuda replays numpy's summation order "
+                                 f"up to {MAX_TAPS} (run this node on cpu_reference)")
         g = resize_geometry(x.shape, y.shape, axes, opts, roi_dtype)
         lo, hi = int_bounds(x.dtype)
         launch(self.function(f"resize_{suffix(x.dtype)}", x), _grid(y.size), (BLOCK, 1, 1),
