@@ -381,3 +381,13 @@ def test_pow_with_an_exponent_of_another_dtype(base, exp, stream, allocator):
         meta = _meta("Pow", [a, b])
         _assert_same_bytes("Pow", _run_cuda("Pow", [a, b], meta, stream, allocator),
                            _reference("Pow", [a, b], meta), [a, b], nan_payload=False)
+
+
+def test_integer_pow_of_minus_one_follows_the_float64_exponent(stream, allocator):
+    """Negative exponents go through float64 in the reference: an odd exponent below -2^53
+    rounds to an even one there, so (-1) ** e is 1."""
+    e = np.array([-(2**53) - 1, -(2**53) + 1, -3, -(2**63) + 1, -2, 5], np.int64)
+    x = np.array([-1, -1, -1, -1, -1, -1], np.int64)
+    meta = _meta("Pow", [x, e])
+    _assert_same_bytes("Pow", _run_cuda("Pow", [x, e], meta, stream, allocator),
+                       _reference("Pow", [x, e], meta), [x, e])

@@ -374,7 +374,8 @@ struct IPow { template <class T> static __device__ T f(T a, T b) {
     if (e < 0) {
         if (x == 0) return (T)(u64)0x8000000000000000ull;
         if (x == 1) return (T)1;
-        if (x == -1) return (T)((e & 1) ? -1 : 1);
+        // the reference's float64 exponent: odd only while exact (|e| <= 2^53)
+        if (x == -1) return (T)((e & 1) && e >= -(1ll << 53) ? -1 : 1);
         return (T)0;
     }
     u64 base = (u64)x, acc = 1;
