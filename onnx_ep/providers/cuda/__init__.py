@@ -37,6 +37,7 @@ MODULES: tuple[str, ...] = (
     "resize",
     "indexing",
     "einsum",
+    "quantize",
 )
 
 #: the holder that host <-> device transfers of the provider are charged to

@@ -67,7 +67,7 @@ def test_the_table_is_every_reference_type_but_string():
 
 
 def test_supports_declines_with_reasons():
-    c, like = cast.KERNELS
+    c, like = cast.KERNELS[:2]
     assert c.supports(meta("Cast", (F32, (3,)), to=17))                 # FLOAT8E4M3FN
     assert c.supports(meta("Cast", (ml_dtypes.int4, ("N",)), to=1))
     assert not c.supports(meta("Cast", (F32, (3,)), to=8))              # STRING

@@ -24,18 +24,6 @@
 
 namespace ep {
 
-// one-byte formats, each a distinct type so that templates pick the conversion
-struct e4m3fn_t { u8 b; };
-struct e4m3fnuz_t { u8 b; };
-struct e5m2_t { u8 b; };
-struct e5m2fnuz_t { u8 b; };
-struct f4e2m1_t { u8 b; };
-struct e8m0_t { u8 b; };
-struct i4_t { u8 b; };
-struct u4_t { u8 b; };
-struct i2_t { u8 b; };
-struct u2_t { u8 b; };
-
 // 0 int, 1 float, 2 bool, 3 narrow float (byte), 4 sub-byte int
 template <class T> struct Kind { static constexpr int v = 0; };
 template <> struct Kind<float> { static constexpr int v = 1; };
@@ -53,24 +41,6 @@ template <> struct Kind<i4_t> { static constexpr int v = 4; };
 template <> struct Kind<u4_t> { static constexpr int v = 4; };
 template <> struct Kind<i2_t> { static constexpr int v = 4; };
 template <> struct Kind<u2_t> { static constexpr int v = 4; };
-
-template <class T> struct Low;  // narrow float formats (e8m0 apart) and their saturation
-template <> struct Low<e4m3fn_t> { static constexpr bool float8 = true;
-    static __device__ lowfloat::Format f() { return EP_E4M3FN; } };
-template <> struct Low<e4m3fnuz_t> { static constexpr bool float8 = true;
-    static __device__ lowfloat::Format f() { return EP_E4M3FNUZ; } };
-template <> struct Low<e5m2_t> { static constexpr bool float8 = true;
-    static __device__ lowfloat::Format f() { return EP_E5M2; } };
-template <> struct Low<e5m2fnuz_t> { static constexpr bool float8 = true;
-    static __device__ lowfloat::Format f() { return EP_E5M2FNUZ; } };
-template <> struct Low<f4e2m1_t> { static constexpr bool float8 = false;
-    static __device__ lowfloat::Format f() { return EP_E2M1FN; } };
-
-template <class T> struct SubInt;  // bits, signedness
-template <> struct SubInt<i4_t> { static constexpr int bits = 4; static constexpr bool sign = true; };
-template <> struct SubInt<u4_t> { static constexpr int bits = 4; static constexpr bool sign = false; };
-template <> struct SubInt<i2_t> { static constexpr int bits = 2; static constexpr bool sign = true; };
-template <> struct SubInt<u2_t> { static constexpr int bits = 2; static constexpr bool sign = false; };
 
 template <class A, class B> struct Same { static constexpr bool v = false; };
 template <class A> struct Same<A, A> { static constexpr bool v = true; };

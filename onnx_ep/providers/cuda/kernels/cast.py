@@ -186,4 +186,62 @@ class Cast:
         self.bind(ctx.node).execute_with_workspace(ctx, inputs, outputs, workspace)
 
 
-KERNELS: list[Any] = [Cast("Cast", since=1), Cast("CastLike", since=15)]
+#: bits per element of the types BitCast may reinterpret (ONNX widths, not itemsizes)
+_SUB_BYTE_BITS = {np.dtype(ml_dtypes.int4): 4, np.dtype(ml_dtypes.uint4): 4,
+                  np.dtype(ml_dtypes.float4_e2m1fn): 4, np.dtype(ml_dtypes.int2): 2,
+                  np.dtype(ml_dtypes.uint2): 2}
+
+
+def _bits(dt: np.dtype) -> int:
+    return _SUB_BYTE_BITS.get(np.dtype(dt), np.dtype(dt).itemsize * 8)
+
+
+class BitCast:
+    """BitCast: output 0 is a view of input 0's bytes as ``to`` (equal bit widths; no
+    launch). Sub-byte types keep their value in a byte's low bits, so equal widths mean
+    equal bytes, as in cpu_reference (which masks to the width: a no-op on such bytes)."""
+
+    aliases = {0: 0}
+
+    def __init__(self, op_type: str, since: int) -> None:
+        self.key = OpKey("", op_type, since)
+        self.parity = Parity.EXACT
+
+    def __repr__(self) -> str:
+        return f"BitCast({self.key})"
+
+    def supports(self, meta: NodeMeta) -> Support:
+        if not meta.inputs or meta.inputs[0] is None:
+            return Support.no("needs a tensor input of known dtype and rank")
+        src = np.dtype(meta.inputs[0].dtype)  # type: ignore[union-attr]
+        dst = target_dtype(meta.attr("to"))
+        if dst is None or src.kind in "OUS":
+            return Support.no(f"to={meta.attr('to')!r} / input {src}: strings or unknown types")
+        if _bits(src) != _bits(dst):
+            return Support.no(f"{src} ({_bits(src)} bits) and {dst} ({_bits(dst)} bits) "
+                              f"differ in width")
+        return Support.YES
+
+    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec]:
+        x = meta.inputs[0]
+        dst = target_dtype(meta.attr("to"))
+        assert x is not None and dst is not None
+        return [TensorSpec(dst, x.shape)]
+
+    def capture_support(self) -> CaptureSupport:
+        return CaptureSupport.SUPPORTED
+
+    def workspace_requirement(self, meta: NodeMeta) -> WorkspaceRequirement:
+        return WorkspaceRequirement.NONE
+
+    def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
+                               outputs: list[Any], workspace: Any) -> None:
+        spec = outputs[0]
+        if not isinstance(spec, TensorSpec):
+            raise TypeError(f"BitCast expects its planned TensorSpec as output 0, got "
+                            f"{type(spec).__name__}")
+        outputs[0] = inputs[0].view(spec.dtype, spec.shape)
+
+
+KERNELS: list[Any] = [Cast("Cast", since=1), Cast("CastLike", since=15),
+                      BitCast("BitCast", since=26)]

@@ -198,4 +198,37 @@ EP_HD int decode_int(byte_t c, int bits, bool is_signed) {
 EP_HD byte_t encode_int(long long v, int bits) { return (byte_t)(v & ((1 << bits) - 1)); }
 
 }  // namespace lowfloat
+
+// ---------------------------------------------------------------- element types
+
+// one-byte formats, each a distinct type so that templates pick the conversion
+struct e4m3fn_t { lowfloat::byte_t b; };
+struct e4m3fnuz_t { lowfloat::byte_t b; };
+struct e5m2_t { lowfloat::byte_t b; };
+struct e5m2fnuz_t { lowfloat::byte_t b; };
+struct f4e2m1_t { lowfloat::byte_t b; };
+struct e8m0_t { lowfloat::byte_t b; };
+struct i4_t { lowfloat::byte_t b; };
+struct u4_t { lowfloat::byte_t b; };
+struct i2_t { lowfloat::byte_t b; };
+struct u2_t { lowfloat::byte_t b; };
+
+template <class T> struct Low;  // narrow float formats (e8m0 apart) and their saturation
+template <> struct Low<e4m3fn_t> { static constexpr bool float8 = true;
+    static EP_HD lowfloat::Format f() { return EP_E4M3FN; } };
+template <> struct Low<e4m3fnuz_t> { static constexpr bool float8 = true;
+    static EP_HD lowfloat::Format f() { return EP_E4M3FNUZ; } };
+template <> struct Low<e5m2_t> { static constexpr bool float8 = true;
+    static EP_HD lowfloat::Format f() { return EP_E5M2; } };
+template <> struct Low<e5m2fnuz_t> { static constexpr bool float8 = true;
+    static EP_HD lowfloat::Format f() { return EP_E5M2FNUZ; } };
+template <> struct Low<f4e2m1_t> { static constexpr bool float8 = false;
+    static EP_HD lowfloat::Format f() { return EP_E2M1FN; } };
+
+template <class T> struct SubInt;  // bits, signedness
+template <> struct SubInt<i4_t> { static constexpr int bits = 4; static constexpr bool sign = true; };
+template <> struct SubInt<u4_t> { static constexpr int bits = 4; static constexpr bool sign = false; };
+template <> struct SubInt<i2_t> { static constexpr int bits = 2; static constexpr bool sign = true; };
+template <> struct SubInt<u2_t> { static constexpr int bits = 2; static constexpr bool sign = false; };
+
 }  // namespace ep

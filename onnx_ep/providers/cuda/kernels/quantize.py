@@ -1,0 +1,290 @@
+"""CUDA QuantizeLinear, DequantizeLinear and DynamicQuantizeLinear (``quantize.cu``).
+
+Per-tensor, per-axis and blocked scales / zero points; quantized types int8, uint8, int16,
+uint16, int4, uint4, int2, uint2 (one element per byte, as ml_dtypes stores them), the four
+float8s and float4e2m1; DequantizeLinear also reads int32. Parity: exact, in the
+arithmetic of cpu_reference/quantize.py (see quantize.cu). Where the reference raises
+on values (a non-zero float8 zero point), the kernels cannot look at the device data:
+they compute as if it were zero.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from onnx_ep.core.dtypes import np_dtype
+from onnx_ep.core.kernel import (
+    ExecutionContext,
+    NodeMeta,
+    Support,
+    TensorSpec,
+    WorkspaceRequirement,
+)
+from onnx_ep.providers.cuda.kernels.device_kernel import (
+    I64,
+    PTR,
+    CudaKernel,
+    launch,
+    normalize_axis,
+    prod,
+    struct_arg,
+)
+from onnx_ep.providers.cuda.kernels.elementwise import launch_geometry
+
+SOURCE = "quantize"
+
+
+def _dt(t: Any) -> np.dtype:
+    return np.dtype(t)
+
+
+#: quantized types -> symbol suffix
+QUANTIZED: dict[np.dtype, str] = {_dt(t): s for t, s in (
+    (np.int8, "i8"), (np.uint8, "u8"), (np.int16, "i16"), (np.uint16, "u16"),
+    (ml_dtypes.int4, "i4"), (ml_dtypes.uint4, "u4"), (ml_dtypes.int2, "i2"),
+    (ml_dtypes.uint2, "u2"), (ml_dtypes.float8_e4m3fn, "e4m3fn"),
+    (ml_dtypes.float8_e4m3fnuz, "e4m3fnuz"), (ml_dtypes.float8_e5m2, "e5m2"),
+    (ml_dtypes.float8_e5m2fnuz, "e5m2fnuz"), (ml_dtypes.float4_e2m1fn, "f4e2m1"))}
+#: DequantizeLinear's inputs: the quantized types and int32
+DEQUANTIZABLE: dict[np.dtype, str] = {**QUANTIZED, _dt(np.int32): "i32"}
+#: QuantizeLinear's x
+QUANTIZABLE: dict[np.dtype, str] = {_dt(t): s for t, s in (
+    (np.float32, "f32"), (np.float16, "f16"), (ml_dtypes.bfloat16, "bf16"),
+    (np.float64, "f64"), (np.int32, "i32"))}
+#: scale dtypes -> the kernels' run-time code
+SCALES: dict[np.dtype, int] = {_dt(np.float32): 0, _dt(np.float16): 1,
+                               _dt(ml_dtypes.bfloat16): 2, _dt(np.float64): 3}
+#: DequantizeLinear outputs -> symbol suffix
+OUTPUTS: dict[np.dtype, str] = {_dt(np.float32): "f32", _dt(np.float16): "f16",
+                                _dt(ml_dtypes.bfloat16): "bf16", _dt(np.float64): "f64"}
+FLOAT8 = frozenset(_dt(t) for t in (ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e4m3fnuz,
+                                    ml_dtypes.float8_e5m2, ml_dtypes.float8_e5m2fnuz))
+
+
+class QGeo(ctypes.Structure):
+    """``struct QGeo`` of quantize.cu (by value)."""
+
+    _fields_ = [("n", ctypes.c_int64), ("D", ctypes.c_int64), ("inner", ctypes.c_int64),
+                ("block", ctypes.c_int64), ("nb", ctypes.c_int64), ("mode", ctypes.c_int32)]
+
+
+def param_geometry(x_shape: tuple[int, ...], p_shape: tuple[int, ...], axis: int,
+                   block: int) -> QGeo:
+    """How a scale / zero point of ``p_shape`` applies to ``x_shape`` (the reference's
+    ``_broadcast_param``): per tensor, per axis or blocked.
+
+    :raises ValueError: the shapes do not fit (the message says how).
+    """
+    g = QGeo()
+    g.n = prod(x_shape)
+    size = prod(p_shape)
+    if len(p_shape) == 0 or (size == 1 and not block):
+        g.mode, g.D, g.inner, g.block, g.nb = 0, 1, 1, 1, 1
+        return g
+    if not x_shape:
+        raise ValueError(f"a parameter of shape {p_shape} cannot apply to a scalar input")
+    a = normalize_axis(axis, len(x_shape))
+    if a is None:
+        raise ValueError(f"axis {axis} is out of range for rank {len(x_shape)}")
+    g.D, g.inner = int(x_shape[a]), prod(x_shape[a + 1:])
+    if not block:
+        if len(p_shape) != 1 or p_shape[0] != x_shape[a]:
+            raise ValueError(f"per-axis parameter must be 1-D of length {x_shape[a]} (axis "
+                             f"{a} of {x_shape}), got shape {p_shape}")
+        g.mode, g.block, g.nb = 1, 1, 1
+        return g
+    if block < 0:
+        raise ValueError(f"block_size must be >= 0, got {block}")
+    nb = -(-int(x_shape[a]) // block)
+    want = tuple(x_shape[:a]) + (nb,) + tuple(x_shape[a + 1:])
+    if tuple(p_shape) != want:
+        raise ValueError(f"blocked parameter must have shape {want} for input {x_shape}, "
+                         f"axis {a}, block_size {block}; got {p_shape}")
+    g.mode, g.block, g.nb = 2, block, nb
+    return g
+
+
+def _zero_point(meta: NodeMeta) -> tuple[bool, TensorSpec | None]:
+    """(present, spec) of input 2; present with a ``None`` spec means unknown."""
+    names = meta.input_names
+    present = len(meta.inputs) > 2 and (meta.inputs[2] is not None
+                                        or (len(names) > 2 and bool(names[2])))
+    return present, (meta.inputs[2] if present else None)
+
+
+def _names(table: dict[np.dtype, Any]) -> str:
+    return ", ".join(sorted(str(d) for d in table))
+
+
+def _static_check(meta: NodeMeta, x: TensorSpec, p: TensorSpec | None) -> Support:
+    """Decline parameter shapes that cannot fit, where the shapes are known."""
+    if p is None or not x.is_static or not p.is_static:
+        return Support.YES
+    try:
+        param_geometry(tuple(x.shape), tuple(p.shape), int(meta.attr("axis", 1)),
+                       int(meta.attr("block_size", 0)))
+    except ValueError as exc:
+        return Support.no(str(exc))
+    return Support.YES
+
+
+class _Quant(CudaKernel):
+    source = SOURCE
+
+    def _launch(self, ctx: ExecutionContext, symbol: str, x: Any, scale: Any, zp: Any,
+                y: Any, extra: list[tuple[Any, Any]]) -> None:
+        node = ctx.node
+        try:
+            g = param_geometry(tuple(x.shape), tuple(scale.shape), int(node.attr("axis", 1)),
+                               int(node.attr("block_size", 0)))
+        except ValueError as exc:
+            raise self.fail(ctx, str(exc)) from exc
+        if g.n == 0:
+            return
+        grid, block = launch_geometry(g.n)
+        args = [(int(x.ptr), PTR), (int(scale.ptr), PTR),
+                (SCALES[np.dtype(scale.dtype)], ctypes.c_int),
+                (int(zp.ptr) if zp is not None else 0, PTR), (int(y.ptr), PTR),
+                struct_arg(g), *extra]
+        launch(self.function(symbol, y), grid, block, args, ctx.stream)
+
+
+class QuantizeLinear(_Quant):
+    """``saturate(round(x / scale) + zero_point)``; the output type is the zero point's,
+    else ``output_dtype``, else uint8."""
+
+    def out_dtype(self, meta: NodeMeta) -> np.dtype | None:
+        present, zp = _zero_point(meta)
+        attr = int(meta.attr("output_dtype", 0) or 0)
+        if present:
+            return None if zp is None else np.dtype(zp.dtype)
+        return np_dtype(attr) if attr else np.dtype(np.uint8)
+
+    def supports(self, meta: NodeMeta) -> Support:
+        if len(meta.inputs) < 2 or meta.inputs[0] is None or meta.inputs[1] is None:
+            return Support.no("needs x and y_scale of known dtype and rank")
+        x, s = meta.inputs[0], meta.inputs[1]
+        if np.dtype(x.dtype) not in QUANTIZABLE:
+            return Support.no(f"x dtype {x.dtype} not in ({_names(QUANTIZABLE)})")
+        if np.dtype(s.dtype) not in SCALES:
+            return Support.no(f"scale dtype {s.dtype} not in ({_names(SCALES)})")
+        out = self.out_dtype(meta)
+        if out is None:
+            return Support.no("the zero point's dtype is unknown")
+        attr = int(meta.attr("output_dtype", 0) or 0)
+        if attr and _zero_point(meta)[0] and np_dtype(attr) != out:
+            return Support.no(f"output_dtype {np_dtype(attr)} differs from the zero point's "
+                              f"dtype {out}")
+        if out not in QUANTIZED:
+            return Support.no(f"output dtype {out} not in ({_names(QUANTIZED)})")
+        return _static_check(meta, x, s)
+
+    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
+        x, out = meta.inputs[0], self.out_dtype(meta)
+        assert x is not None and out is not None
+        return [TensorSpec(out, x.shape)]
+
+    def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
+        x, scale = inputs[0], inputs[1]
+        zp = inputs[2] if len(inputs) > 2 else None
+        y = outputs[0]
+        symbol = (f"quantize_{QUANTIZABLE[np.dtype(x.dtype)]}_"
+                  f"{QUANTIZED[np.dtype(y.dtype)]}")
+        saturate = int(bool(int(ctx.node.attr("saturate", 1))))
+        self._launch(ctx, symbol, x, scale, zp, y, [(saturate, ctypes.c_int)])
+
+
+class DequantizeLinear(_Quant):
+    """``(x - zero_point) * scale`` in float64, rounded once to the scale's dtype (or
+    ``output_dtype``)."""
+
+    def out_dtype(self, meta: NodeMeta) -> np.dtype | None:
+        attr = int(meta.attr("output_dtype", 0) or 0)
+        if attr:
+            return np_dtype(attr)
+        s = meta.inputs[1] if len(meta.inputs) > 1 else None
+        return None if s is None else np.dtype(s.dtype)
+
+    def supports(self, meta: NodeMeta) -> Support:
+        if len(meta.inputs) < 2 or meta.inputs[0] is None or meta.inputs[1] is None:
+            return Support.no("needs x and x_scale of known dtype and rank")
+        x, s = meta.inputs[0], meta.inputs[1]
+        if np.dtype(x.dtype) not in DEQUANTIZABLE:
+            return Support.no(f"x dtype {x.dtype} not in ({_names(DEQUANTIZABLE)})")
+        if np.dtype(s.dtype) not in SCALES:
+            return Support.no(f"scale dtype {s.dtype} not in ({_names(SCALES)})")
+        present, zp = _zero_point(meta)
+        if present and (zp is None or np.dtype(zp.dtype) != np.dtype(x.dtype)):
+            return Support.no(f"zero point dtype {None if zp is None else zp.dtype} is not "
+                              f"x's {x.dtype}")
+        out = self.out_dtype(meta)
+        if out not in OUTPUTS:
+            return Support.no(f"output dtype {out} not in ({_names(OUTPUTS)})")
+        return _static_check(meta, x, s)
+
+    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
+        x, out = meta.inputs[0], self.out_dtype(meta)
+        assert x is not None and out is not None
+        return [TensorSpec(out, x.shape)]
+
+    def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
+        x, scale = inputs[0], inputs[1]
+        zp = inputs[2] if len(inputs) > 2 else None
+        y = outputs[0]
+        symbol = (f"dequantize_{DEQUANTIZABLE[np.dtype(x.dtype)]}_"
+                  f"{OUTPUTS[np.dtype(y.dtype)]}")
+        self._launch(ctx, symbol, x, scale, zp, y, [])
+
+
+class DynamicQuantizeLinear(CudaKernel):
+    """uint8 quantization with scale and zero point from the data (float32 x): one block
+    folds min / max, then an elementwise pass. The float zero point lives in 4 bytes of
+    workspace between the two launches."""
+
+    source = SOURCE
+    WORKSPACE = 4
+
+    def supports(self, meta: NodeMeta) -> Support:
+        if not meta.inputs or meta.inputs[0] is None:
+            return Support.no("needs x of known dtype and rank")
+        if np.dtype(meta.inputs[0].dtype) != np.float32:
+            return Support.no(f"x dtype {meta.inputs[0].dtype} is not float32")
+        return Support.YES
+
+    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
+        x = meta.inputs[0]
+        assert x is not None
+        return [TensorSpec(np.uint8, x.shape), TensorSpec(np.float32, ()),
+                TensorSpec(np.uint8, ())]
+
+    def workspace_requirement(self, meta: NodeMeta) -> WorkspaceRequirement:
+        return WorkspaceRequirement(self.WORKSPACE)
+
+    def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
+        x = inputs[0]
+        y, scale, zp = outputs
+        if workspace is None:
+            raise self.fail(ctx, "needs its 4-byte workspace")
+        workspace.require(self.WORKSPACE)
+        zp_f = int(workspace.buffer.ptr)
+        n = prod(x.shape)
+        launch(self.function("dql_range", y), (1, 1, 1), (256, 1, 1),
+               [(int(x.ptr), PTR), (n, I64), (int(scale.ptr), PTR), (int(zp.ptr), PTR),
+                (zp_f, PTR)], ctx.stream)
+        if n == 0:
+            return
+        grid, block = launch_geometry(n)
+        launch(self.function("dql_apply", y), grid, block,
+               [(int(x.ptr), PTR), (int(scale.ptr), PTR), (zp_f, PTR), (int(y.ptr), PTR),
+                (n, I64)], ctx.stream)
+
+
+KERNELS: list[CudaKernel] = [
+    QuantizeLinear("QuantizeLinear", since=10),
+    DequantizeLinear("DequantizeLinear", since=10),
+    DynamicQuantizeLinear("DynamicQuantizeLinear", since=11),
+]
