@@ -107,3 +107,25 @@ def test_center_crop_pad_moves_bytes_and_pads_zeros(cuda_device, dtype):
     m = model("CenterCropPad", {"x": x}, {"axes": [0, 1]},
               consts={"shape": _i64(10, 11)}, inputs=["x", "shape"], opset=18)
     check(m, {"x": x}, EXACT)
+
+
+@pytest.mark.parametrize("size,align,dtype", [((2, 3, 5, 4), 0, F32), ((1, 2, 3, 4, 2), 1, F16)],
+                         ids=["2d", "3d_align_f16"])
+def test_affine_grid_keeps_its_promise(cuda_device, size, align, dtype):
+    nd = len(size) - 2
+    theta = random((size[0], nd, nd + 1), dtype, seed=5)
+    m = model("AffineGrid", {"theta": theta}, {"align_corners": align},
+              consts={"size": _i64(*size)}, inputs=["theta", "size"], opset=20)
+    check(m, {"theta": theta})
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16], ids=str)
+def test_col2im_sums_in_the_reference_order(cuda_device, dtype):
+    image, block = (6, 7), (3, 2)
+    attrs = {"strides": [1, 2], "pads": [1, 0, 2, 1], "dilations": [1, 1]}
+    blocks = [(6 + 1 + 2 - 3) // 1 + 1, (7 + 0 + 1 - 2) // 2 + 1]
+    x = random((2, 2 * 6, blocks[0] * blocks[1]), dtype, seed=6)
+    m = model("Col2Im", {"x": x}, attrs, consts={"image_shape": _i64(*image),
+                                                 "block_shape": _i64(*block)},
+              inputs=["x", "image_shape", "block_shape"], opset=18)
+    check(m, {"x": x}, EXACT)

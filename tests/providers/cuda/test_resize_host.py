@@ -476,3 +476,92 @@ def test_resize_bounds_antialias_rows_to_what_the_kernel_replays():
                     inputs=(x, None, None, TensorSpec(np.dtype(np.int64), (2,))),
                     outputs=(TensorSpec(F32, (3, 2)),), output_names=("y",))
     assert not KERNELS["Resize"].supports(meta)
+
+
+# ---------------------------------------------------------------- AffineGrid, Col2Im
+
+def _replay_affine(theta, spatial, align):
+    nd = len(spatial)
+    out = np.empty((theta.shape[0], *spatial, nd), dtype=np.float64)
+
+    def base_of(k, d):
+        if align:
+            if d <= 1:
+                return -1.0
+            return 1.0 if k == d - 1 else float(k) * (2.0 / float(d - 1)) + -1.0
+        return (2.0 * k + 1.0) / d - 1.0
+
+    for n, *p in itertools.product(range(theta.shape[0]), *[range(d) for d in spatial]):
+        base = [base_of(p[nd - 1 - j], spatial[nd - 1 - j]) for j in range(nd)] + [1.0]
+        for i in range(nd):
+            acc = 0.0
+            for j in range(nd + 1):
+                acc += float(theta[n, i, j]) * base[j]
+            out[(n, *p, i)] = acc
+    return out.astype(theta.dtype)
+
+
+@pytest.mark.parametrize("size,align", [((2, 3, 5, 4), 0), ((2, 3, 5, 4), 1),
+                                        ((1, 2, 3, 4, 2), 0), ((1, 2, 1, 4, 3), 1)])
+def test_affine_grid_replay_keeps_the_promise(size, align):
+    from onnx_ep.testing.ulp import judge
+
+    nd = len(size) - 2
+    theta = np.random.default_rng(5).standard_normal((size[0], nd, nd + 1)).astype(F32)
+    meta = _meta("AffineGrid", [TensorSpec(F32, theta.shape),
+                                TensorSpec(np.dtype(np.int64), (len(size),))], 20,
+                 align_corners=align)
+    want = ref_grid.AffineGrid("AffineGrid").run(ExecutionContext(meta), theta,
+                                                  np.array(size, dtype=np.int64))
+    got = _replay_affine(theta, size[2:], align)
+    assert judge(got, want, KERNELS["AffineGrid"].bind(meta).parity).kept
+    assert KERNELS["AffineGrid"].supports(meta)
+
+
+def _replay_col2im(x, image, block, dil, strides, pads):
+    nd = len(image)
+    n_k = int(np.prod(block))
+    blocks = [(image[i] + pads[i] + pads[nd + i] - dil[i] * (block[i] - 1) - 1) // strides[i] + 1
+              for i in range(nd)]
+    n, c = x.shape[0], x.shape[1] // n_k
+    xf = x.astype(np.float32)
+    out = np.zeros((n, c, *image), dtype=np.float32)
+    for nn, cc, *p in itertools.product(range(n), range(c), *[range(d) for d in image]):
+        acc = np.float32(0.0)
+        for kidx, ks in enumerate(itertools.product(*[range(k) for k in block])):
+            bs = []
+            for d in range(nd):
+                t = p[d] + pads[d] - ks[d] * dil[d]
+                bs.append(t // strides[d] if t >= 0 and t % strides[d] == 0 else -1)
+            if all(0 <= b < blocks[d] for d, b in enumerate(bs)):
+                bidx = int(np.ravel_multi_index(bs, blocks))
+                acc = np.float32(acc + xf[nn, cc * n_k + kidx, bidx])
+        out[(nn, cc, *p)] = acc
+    return out.astype(x.dtype)
+
+
+@pytest.mark.parametrize("image,block,attrs", [
+    ((5, 5), (1, 5), {}), ((5, 5), (2, 2), {"strides": [2, 2]}),
+    ((6, 6), (2, 2), {"dilations": [1, 5]}), ((5, 5), (2, 2), {"pads": [1, 0, 1, 0]}),
+    ((3, 4, 5), (1, 1, 5), {}), ((6, 7), (3, 2), {"strides": [1, 2], "pads": [1, 0, 2, 1]}),
+])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_col2im_replay_equals_the_reference_bit_for_bit(image, block, attrs, dtype):
+    nd = len(image)
+    dil = attrs.get("dilations", [1] * nd)
+    strides = attrs.get("strides", [1] * nd)
+    pads = attrs.get("pads", [0] * (2 * nd))
+    blocks = [(image[i] + pads[i] + pads[nd + i] - dil[i] * (block[i] - 1) - 1) // strides[i] + 1
+              for i in range(nd)]
+    x = np.random.default_rng(6).standard_normal(
+        (2, 2 * int(np.prod(block)), int(np.prod(blocks)))).astype(dtype)
+    specs = [TensorSpec(x.dtype, x.shape), TensorSpec(np.dtype(np.int64), (nd,)),
+             TensorSpec(np.dtype(np.int64), (nd,))]
+    meta = _meta("Col2Im", specs, 18, **attrs)
+    want = ref_grid.Col2Im("Col2Im").run(ExecutionContext(meta), x, np.array(image),
+                                         np.array(block))
+    got = _replay_col2im(x, list(image), list(block), dil, strides, pads)
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+    assert KERNELS["Col2Im"].supports(meta)
+    g = rs.col2im_geometry(meta, x.shape, want.shape)
+    assert [g.image[i] for i in range(nd)] == list(image) and g.l == x.shape[2]

@@ -1,5 +1,6 @@
 // Image geometry: Resize / Upsample (nearest, linear, cubic; antialias; every coordinate
-// transformation mode), GridSample and CenterCropPad (a gather with zero fill, exact). One thread per output element, int64 indexing,
+// transformation mode), GridSample, CenterCropPad (a gather with zero fill, exact),
+// AffineGrid and Col2Im. One thread per output element, int64 indexing,
 // grid-stride loops, 256 threads per block.
 //
 // Parity with cpu_reference (resize.py, grid.py): the same float64 operations in the same
@@ -529,6 +530,121 @@ EP_CROP(1, unsigned char)
 EP_CROP(2, unsigned short)
 EP_CROP(4, unsigned int)
 EP_CROP(8, unsigned long long)
+
+// ------------------------------------------------------------------ AffineGrid
+// Y (N, *spatial, nd): y[n, p, i] = sum_j theta[n, i, j] * base[p, j] in float64 with the
+// base grid of grid.py (align_corners: numpy.linspace(-1, 1, d) = k * (2 / (d - 1)) - 1 with
+// the last point exactly 1; else (2k + 1) / d - 1), base = (x, y[, z], 1) with x over the
+// innermost dim. The sum runs in j order; the reference's einsum may sum in another: a
+// tolerance (resize.py).
+struct AffineGeo {
+    long long spatial[3];   // D, H, W (outermost first); nd of them
+    long long n, points;
+    int nd, align;
+};
+
+__device__ __forceinline__ double affine_base(long long k, long long d, int align) {
+    if (align) {
+        if (d <= 1) return -1.0;
+        if (k == d - 1) return 1.0;
+        return (double)k * (2.0 / (double)(d - 1)) + -1.0;
+    }
+    return (2.0 * (double)k + 1.0) / (double)d - 1.0;
+}
+
+template <class T>
+__device__ void affine_grid(const T* __restrict__ theta, T* __restrict__ y, const AffineGeo g,
+                            long long total) {
+    for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < total;
+         e += (long long)gridDim.x * blockDim.x) {
+        int i = (int)(e % g.nd);
+        long long p = (e / g.nd) % g.points;
+        long long n = e / (g.nd * g.points);
+        double base[4];
+        long long q = p;
+        // spatial index of point p, innermost dim first = base component 0 (x)
+        for (int j = 0; j < g.nd; ++j) {
+            long long d = g.spatial[g.nd - 1 - j];
+            base[j] = affine_base(q % d, d, g.align);
+            q /= d;
+        }
+        base[g.nd] = 1.0;
+        const T* row = theta + (n * g.nd + i) * (g.nd + 1);
+        double acc = 0.0;
+        for (int j = 0; j <= g.nd; ++j) acc += load64(row[j]) * base[j];
+        y[e] = round_from64<T>(acc);
+    }
+}
+
+// ------------------------------------------------------------------ Col2Im
+// Y (N, C, *image) sums the columns X (N, C * prod(block), L) that land on each pixel, in
+// the reference's np.add.at order (kernel offsets in C order; each offset hits at most one
+// block) in float32 (float16 / bfloat16 widened) from +0.0, then rounds once: exact.
+// block_shape is read on the device; image dims come from Y's shape.
+struct Col2ImGeo {
+    long long image[RS_MAX];
+    long long pad_begin[RS_MAX], pad_end[RS_MAX], stride[RS_MAX], dilation[RS_MAX];
+    long long channels, l;   // C and L
+    int nd;
+};
+
+template <class T>
+__device__ void col2im(const T* __restrict__ x, const long long* __restrict__ block,
+                       T* __restrict__ y, const Col2ImGeo g, long long total) {
+    long long img_size = 1, n_k = 1;
+    long long blocks[RS_MAX];
+    for (int d = 0; d < g.nd; ++d) {
+        img_size *= g.image[d];
+        n_k *= block[d];
+        blocks[d] = (g.image[d] + g.pad_begin[d] + g.pad_end[d] - g.dilation[d] * (block[d] - 1)
+                     - 1) / g.stride[d] + 1;
+    }
+    for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < total;
+         e += (long long)gridDim.x * blockDim.x) {
+        long long pix = e % img_size;
+        long long nc = e / img_size;          // n * C + c
+        long long pos[RS_MAX];
+        long long q = pix;
+        for (int d = g.nd - 1; d >= 0; --d) {
+            pos[d] = q % g.image[d] + g.pad_begin[d];
+            q /= g.image[d];
+        }
+        const T* cols = x + nc * n_k * g.l;   // (n, c*n_k + kidx, :) rows of this channel
+        float acc = 0.0f;
+        for (long long kidx = 0; kidx < n_k; ++kidx) {
+            long long r = kidx, bidx = 0, bstride = 1;
+            bool hit = true;
+            for (int d = g.nd - 1; d >= 0; --d) {
+                long long kd = r % block[d];
+                r /= block[d];
+                long long t = pos[d] - kd * g.dilation[d];
+                long long b = t >= 0 && t % g.stride[d] == 0 ? t / g.stride[d] : -1;
+                hit = hit && b >= 0 && b < blocks[d];
+                bidx += (b < 0 ? 0 : b) * bstride;
+                bstride *= blocks[d];
+            }
+            if (hit) acc += ep::widen(cols[kidx * g.l + bidx]);
+        }
+        y[e] = round_from32<T>(acc);
+    }
+}
+
+#define EP_GEOM(SUFFIX, T)                                                                     \
+    extern "C" __global__ void affine_grid_##SUFFIX(const T* __restrict__ theta,               \
+                                                    T* __restrict__ y, const AffineGeo g,      \
+                                                    long long total) {                         \
+        affine_grid<T>(theta, y, g, total);                                                    \
+    }                                                                                          \
+    extern "C" __global__ void col2im_##SUFFIX(const T* __restrict__ x,                        \
+                                               const long long* __restrict__ block,            \
+                                               T* __restrict__ y, const Col2ImGeo g,           \
+                                               long long total) {                              \
+        col2im<T>(x, block, y, g, total);                                                      \
+    }
+
+EP_GEOM(f32, float)
+EP_GEOM(f16, __half)
+EP_GEOM(bf16, __nv_bfloat16)
 
 // ------------------------------------------------------------------ entry points
 #define EP_RESIZE(SUFFIX, T)                                                                   \

@@ -1,9 +1,9 @@
-"""Resize (opset 10+), Upsample (opset 9), GridSample (opset 16+) and CenterCropPad
-(opset 18+) on CUDA (resize.cu).
+"""Resize (opset 10+), Upsample (opset 9), GridSample (opset 16+), CenterCropPad (18+),
+AffineGrid (20+) and Col2Im (18+) on CUDA (resize.cu).
 
 One thread per output element recomputes its coordinates, coefficients and the weighted
 sums in float64 with cpu_reference's operations in cpu_reference's order (resize.py,
-grid.py; see resize.cu), then rounds once: EXACT.
+grid.py; see resize.cu), then rounds once: EXACT (AffineGrid: a tolerance, see there).
 
 Resize's scales / sizes / roi stay on the device: the kernel reads them through their
 pointers (the coordinates need the actual scale values), and the output shape is the
@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from onnx_ep.core.kernel import ExecutionContext, NodeMeta, Support, TensorSpec
+from onnx_ep.core.kernel import ExecutionContext, NodeMeta, Parity, Support, TensorSpec
 from onnx_ep.providers.cuda.kernels.device_kernel import (
     BF16,
     F64,
@@ -431,9 +431,130 @@ class CenterCropPad(CudaKernel):
                ctx.stream)
 
 
+# ---------------------------------------------------------------- AffineGrid, Col2Im
+
+class AffineGeo(ctypes.Structure):
+    """``struct AffineGeo`` of resize.cu."""
+
+    _fields_ = [("spatial", ctypes.c_int64 * 3), ("n", ctypes.c_int64),
+                ("points", ctypes.c_int64), ("nd", ctypes.c_int32), ("align", ctypes.c_int32)]
+
+
+class AffineGrid(CudaKernel):
+    """AffineGrid-20: theta times the base grid in float64, rounded once. The reference
+    contracts with einsum, whose summation order is its own: a tolerance."""
+
+    source = "resize"
+    parity = Parity.tolerance(rtol=1e-6, atol=1e-12)
+
+    def supports(self, meta: NodeMeta) -> Support:
+        theta = meta.inputs[0] if meta.inputs else None
+        size = meta.inputs[1] if len(meta.inputs) > 1 else None
+        if theta is None or size is None:
+            return Support.no("theta and size must be tensors of known dtype and rank")
+        s = dtype_support(theta.dtype, FLOATS, "theta")
+        if not s:
+            return s
+        if len(theta.shape) != 3:
+            return Support.no(f"theta of rank {len(theta.shape)}: must be (N, nd, nd + 1)")
+        return Support.YES
+
+    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
+        return [None]   # the grid size is a value: the plan sizes Y
+
+    def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
+                               outputs: Sequence[Any], workspace: Any) -> None:
+        theta, y = inputs[0], outputs[0]
+        nd = y.ndim - 2
+        if nd not in (2, 3) or tuple(theta.shape) != (y.shape[0], nd, nd + 1) \
+                or y.shape[-1] != nd:
+            raise self.fail(ctx, f"theta {tuple(theta.shape)} and Y planned as "
+                                 f"{tuple(y.shape)} must be (N, nd, nd + 1) and "
+                                 f"(N, *spatial, nd) with nd 2 or 3")
+        if y.size == 0:
+            return
+        g = AffineGeo()
+        for i, d in enumerate(y.shape[1:-1]):
+            g.spatial[i] = int(d)
+        g.n, g.points, g.nd = int(y.shape[0]), prod(y.shape[1:-1]), nd
+        g.align = int(bool(ctx.node.attr("align_corners", 0)))
+        launch(self.function(f"affine_grid_{suffix(theta.dtype)}", theta), _grid(y.size),
+               (BLOCK, 1, 1), [(theta.ptr, PTR), (y.ptr, PTR), struct_arg(g), (y.size, I64)],
+               ctx.stream)
+
+
+class Col2ImGeo(ctypes.Structure):
+    """``struct Col2ImGeo`` of resize.cu."""
+
+    _fields_ = [("image", ctypes.c_int64 * MAX_DIMS), ("pad_begin", ctypes.c_int64 * MAX_DIMS),
+                ("pad_end", ctypes.c_int64 * MAX_DIMS), ("stride", ctypes.c_int64 * MAX_DIMS),
+                ("dilation", ctypes.c_int64 * MAX_DIMS), ("channels", ctypes.c_int64),
+                ("l", ctypes.c_int64), ("nd", ctypes.c_int32)]
+
+
+def col2im_geometry(meta: NodeMeta, x_shape: Sequence[int],
+                    y_shape: Sequence[int]) -> Col2ImGeo | None:
+    """The geometry from the attributes and the shapes (block_shape is read on the
+    device); ``None`` when the attributes disagree with the spatial rank."""
+    nd = len(y_shape) - 2
+    dil = list(meta.attr("dilations", None) or [1] * nd)
+    strides = list(meta.attr("strides", None) or [1] * nd)
+    pads = list(meta.attr("pads", None) or [0] * (2 * nd))
+    if not 1 <= nd <= MAX_DIMS or len(dil) != nd or len(strides) != nd or len(pads) != 2 * nd:
+        return None
+    if any(int(s) < 1 for s in strides) or any(int(d) < 1 for d in dil):
+        return None
+    g = Col2ImGeo()
+    for i in range(nd):
+        g.image[i] = int(y_shape[2 + i])
+        g.pad_begin[i], g.pad_end[i] = int(pads[i]), int(pads[nd + i])
+        g.stride[i], g.dilation[i] = int(strides[i]), int(dil[i])
+    g.channels, g.l, g.nd = int(y_shape[1]), int(x_shape[2]), nd
+    return g
+
+
+class Col2Im(CudaKernel):
+    """Col2Im-18: float32 sums in the reference's np.add.at order, rounded once (EXACT)."""
+
+    source = "resize"
+
+    def supports(self, meta: NodeMeta) -> Support:
+        x = meta.inputs[0] if meta.inputs else None
+        image = meta.inputs[1] if len(meta.inputs) > 1 else None
+        block = meta.inputs[2] if len(meta.inputs) > 2 else None
+        if x is None or image is None or block is None:
+            return Support.no("input, image_shape and block_shape must be tensors")
+        s = dtype_support(x.dtype, FLOATS, "input")
+        if not s:
+            return s
+        if len(x.shape) != 3 or block.dtype != np.int64:
+            return Support.no(f"input of rank {len(x.shape)} / block_shape {block.dtype}: "
+                              f"cuda needs (N, C * prod(block), L) and int64 block_shape")
+        return Support.YES
+
+    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
+        return [None]   # the image shape is a value: the plan sizes Y
+
+    def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
+                               outputs: Sequence[Any], workspace: Any) -> None:
+        x, block, y = inputs[0], inputs[2], outputs[0]
+        g = col2im_geometry(ctx.node, x.shape, y.shape)
+        if g is None or block.size != y.ndim - 2 or y.shape[0] != x.shape[0]:
+            raise self.fail(ctx, f"Y planned as {tuple(y.shape)}, block_shape of "
+                                 f"{block.size} values and the dilations / strides / pads "
+                                 f"disagree on the spatial rank")
+        if y.size == 0:
+            return
+        launch(self.function(f"col2im_{suffix(x.dtype)}", x), _grid(y.size), (BLOCK, 1, 1),
+               [(x.ptr, PTR), (block.ptr, PTR), (y.ptr, PTR), struct_arg(g), (y.size, I64)],
+               ctx.stream)
+
+
 KERNELS: list[Any] = [
     Resize("Resize", since=10),
     Resize("Upsample", since=9),
     GridSample("GridSample", since=16),
     CenterCropPad("CenterCropPad", since=18),
+    AffineGrid("AffineGrid", since=20),
+    Col2Im("Col2Im", since=18),
 ]
