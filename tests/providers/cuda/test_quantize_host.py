@@ -92,6 +92,10 @@ def test_supports_declines_with_reasons():
     assert not DQ.supports(bad) and "blocked" in DQ.supports(bad).reason
     assert DQ.supports(meta("DequantizeLinear", (np.int8, (2, 6)), (F32, (2, 3)), axis=1,
                             block_size=2))
+    # the kernels index the zero point like the scale
+    bad = meta("DequantizeLinear", (np.int8, (2, 6)), (F32, ()), (np.int8, (6,)))
+    assert not DQ.supports(bad) and "zero point shape" in DQ.supports(bad).reason
+    assert DQ.supports(meta("DequantizeLinear", (np.int8, (2, 6)), (F32, ()), (np.int8, (1,))))
 
 
 def _reference_index(x_shape, p_shape, axis, block) -> np.ndarray:

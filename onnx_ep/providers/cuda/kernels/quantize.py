@@ -121,7 +121,13 @@ def _names(table: dict[np.dtype, Any]) -> str:
 
 
 def _static_check(meta: NodeMeta, x: TensorSpec, p: TensorSpec | None) -> Support:
-    """Decline parameter shapes that cannot fit, where the shapes are known."""
+    """Decline parameter shapes that cannot fit, where the shapes are known. The kernels
+    index the zero point like the scale, so their shapes must agree."""
+    zp = _zero_point(meta)[1]
+    if zp is not None and p is not None and zp.is_static and p.is_static:
+        if tuple(zp.shape) != tuple(p.shape) and not (prod(zp.shape) == prod(p.shape) == 1):
+            return Support.no(f"zero point shape {tuple(zp.shape)} differs from the scale's "
+                              f"{tuple(p.shape)}")
     if p is None or not x.is_static or not p.is_static:
         return Support.YES
     try:
