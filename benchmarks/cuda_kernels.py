@@ -3,10 +3,12 @@
 
 1. Device-to-device copy bandwidth (``runtime.copy_dtod``, cuMemcpyDtoDAsync) at
    --size-mib (256 MiB): bytes read + written per second. The ceiling for 2 and 3.
-2. Elementwise Add (float32/float16/bfloat16) and Cast float32->float16 with 256 MiB
-   outputs; bytes of every input and output per second, and % of the copy (target >= 80 %).
-3. Softmax and LayerNormalization over rows of 4096 (float32, float16), 256 MiB;
-   % of the copy (target >= 70 %).
+2. Elementwise Add (float32/float16/bfloat16), Mul float16 and Cast float32->float16 with
+   256 MiB outputs; bytes of every input and output per second, and % of the copy (target
+   >= 80 %); the first 1 Mi outputs are checked bit for bit.
+3. Softmax and LayerNormalization over rows of 4096 (float32, float16, bfloat16), 256 MiB
+   inputs; % of the copy (target >= 70 %); the first 64 rows are checked against float64
+   numpy under the kernel's declared promise.
 4. MatMul (cuBLASLt) at M x K x N = 4096^3, 1x4096x4096 (decode) and 128x4096x4096,
    float32/float16/bfloat16, TFLOP/s against torch.matmul at the same shapes and data
    (target: within 10 %). torch runs with TF32 off, like ours (CUBLAS_COMPUTE_32F); its
@@ -452,14 +454,15 @@ def exact_check(expect: Callable[[np.ndarray], np.ndarray], x: np.ndarray,
     return check
 
 
-def bench_add(b: Bench, dtype: np.dtype) -> Row:
+def bench_add(b: Bench, dtype: np.dtype, op: str = "Add") -> Row:
     n = b.nbytes // dtype.itemsize
     t0 = time.perf_counter()
     x = pattern(n, dtype)
     progress(f"[2]   input pattern: {time.perf_counter() - t0:.1f} s")
-    model = one_node_model("Add", [("a", dtype, [n]), ("b", dtype, [n])], (dtype, [n]))
+    model = one_node_model(op, [("a", dtype, [n]), ("b", dtype, [n])], (dtype, [n]))
+    expect = {"Add": lambda v: v + v, "Mul": lambda v: v * v}[op]
     return bandwidth_row(b, 2, "", model, {"a": x, "b": x}, 3 * n * dtype.itemsize,
-                         TARGET_ELEMENTWISE, exact_check(lambda v: v + v, x))
+                         TARGET_ELEMENTWISE, exact_check(expect, x))
 
 
 def bench_cast(b: Bench) -> Row:
@@ -470,12 +473,36 @@ def bench_cast(b: Bench) -> Row:
                          TARGET_ELEMENTWISE, exact_check(lambda v: v.astype(F16), x))
 
 
+def promise_check(op: str, expect: Callable[[np.ndarray], np.ndarray], x: np.ndarray,
+                  rows: int = 64) -> Callable[[list[np.ndarray]], str]:
+    """The first ``rows`` rows of the session's output keep the CUDA kernel's declared
+    promise for ``x``'s dtype against ``expect`` (float64 numpy, rounded to the dtype)."""
+    def check(outs: list[np.ndarray]) -> str:
+        from onnx_ep.providers.cuda.kernels import softmax
+        from onnx_ep.testing.ulp import judge
+
+        kernel = next(k for k in softmax.KERNELS if k.key.op_type == op)
+        parity = kernel.parity_for(x.dtype)
+        got = np.asarray(outs[0])[:rows]
+        want = expect(x[:rows].astype(np.float64)).astype(x.dtype)
+        verdict = judge(got, want, parity)
+        return (f"output checked ({rows} rows, {parity})" if verdict.kept
+                else f"OUTPUT BREAKS {parity}: {verdict.reason}")
+    return check
+
+
+def _softmax64(v: np.ndarray) -> np.ndarray:
+    e = np.exp(v - v.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
 def bench_softmax(b: Bench, dtype: np.dtype, cols: int = 4096) -> Row:
     rows = b.nbytes // (cols * dtype.itemsize)
     x = pattern(rows * cols, dtype, lo=-4.0, hi=4.0).reshape(rows, cols)
     model = one_node_model("Softmax", [("x", dtype, [rows, cols])], (dtype, [rows, cols]),
                            opset=13, axis=-1)
-    return bandwidth_row(b, 3, "", model, {"x": x}, 2 * x.nbytes, TARGET_NORM)
+    return bandwidth_row(b, 3, "", model, {"x": x}, 2 * x.nbytes, TARGET_NORM,
+                         promise_check("Softmax", _softmax64, x))
 
 
 def bench_layernorm(b: Bench, dtype: np.dtype, cols: int = 4096) -> Row:
@@ -486,7 +513,14 @@ def bench_layernorm(b: Bench, dtype: np.dtype, cols: int = 4096) -> Row:
     model = one_node_model("LayerNormalization", [("x", dtype, [rows, cols])],
                            (dtype, [rows, cols]), initializers=[scale, bias], axis=-1)
     moved = 2 * x.nbytes + 2 * cols * dtype.itemsize
-    return bandwidth_row(b, 3, "", model, {"x": x}, moved, TARGET_NORM)
+    s64, b64 = (numpy_helper.to_array(t).astype(np.float64) for t in (scale, bias))
+
+    def layernorm64(v: np.ndarray) -> np.ndarray:
+        d = v - v.mean(axis=-1, keepdims=True)
+        return d / np.sqrt((d * d).mean(axis=-1, keepdims=True) + 1e-5) * s64 + b64
+
+    return bandwidth_row(b, 3, "", model, {"x": x}, moved, TARGET_NORM,
+                         promise_check("LayerNormalization", layernorm64, x))
 
 
 # ---------------------------------------------------------------- 4. GEMM
@@ -969,11 +1003,12 @@ def main(argv: list[str] | None = None) -> int:
             for dt in (F32, F16, BF16):
                 guarded(2, f"Add {SHORT[dt]}, {mib} out", rows, lambda dt=dt: bench_add(b, dt),
                         budget)
+            guarded(2, f"Mul fp16, {mib} out", rows, lambda: bench_add(b, F16, "Mul"), budget)
             guarded(2, f"Cast fp32->fp16, {mib} out", rows, lambda: bench_cast(b), budget)
         if 3 in want:
             budget.open_section(3)
             for name, fn in (("Softmax", bench_softmax), ("LayerNormalization", bench_layernorm)):
-                for dt in (F32, F16):
+                for dt in (F32, F16, BF16):
                     guarded(3, f"{name} {SHORT[dt]}, rows of 4096, {args.size_mib:g} MiB", rows,
                             lambda fn=fn, dt=dt: fn(b, dt), budget)
         if 4 in want:

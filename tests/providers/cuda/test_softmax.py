@@ -33,13 +33,52 @@ def test_softmax_flattens_before_opset_13(cuda_device, op):
         check(model(op, {"x": x}, {"axis": axis}, opset=11), {"x": x})
 
 
-def test_softmax_specials(cuda_device):
-    x = random((4, 33), np.float32)
+@pytest.mark.parametrize("dtype", DT, ids=IDS)
+@pytest.mark.parametrize("cols", [33, 64, 4096])
+def test_softmax_specials(cuda_device, dtype, cols):
+    """Rows whose max is not finite take the float64 recipe in the fast kernels too: +inf
+    next to a finite value whose float32 exp overflows (100) must still give 0 there."""
+    x = random((6, cols), dtype)
     x[0, :] = -np.inf
     x[1, 5] = np.inf
+    x[1, 6] = 100.0
     x[2, 9] = np.nan
+    x[3, 1] = np.inf
+    x[3, 2] = np.nan
+    x[4, :] = np.nan
+    x[5, 3] = -np.inf
     for op in ("Softmax", "LogSoftmax"):
-        check(model(op, {"x": x}, {"axis": -1}, opset=13), {"x": x}, what=op)
+        check(model(op, {"x": x}, {"axis": -1}, opset=13), {"x": x}, what=f"{op} {dtype}")
+
+
+# fast row kernels: every pack count (1, 2, 4, 8), 1-element and 16-byte loads, warp rows
+# with idle rows in the last block, 1024-thread rows, and rows too long (multi-pass kernels)
+FAST_SHAPES = [(13, 64), (5, 7), (3, 1000), (2, 4097), (2, 8192), (2, 32768), (2, 65536),
+               (3, 8193)]
+
+
+@pytest.mark.parametrize("dtype", DT, ids=IDS)
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+def test_softmax_fast_rows_and_fallback(cuda_device, dtype, op):
+    for shape in FAST_SHAPES:
+        x = random(shape, dtype, seed=7, scale=4.0)
+        check(model(op, {"x": x}, {"axis": -1}, opset=13), {"x": x},
+              what=f"{op} {dtype} {shape}")
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LayerNormalization"])
+def test_fast_rows_repeat_bit_identically(cuda_device, op):
+    from onnx_ep import Session
+
+    x = random((64, 4096), np.float32, seed=8, scale=3.0)
+    consts = {} if op == "Softmax" else {"s": random((4096,), np.float32, seed=9)}
+    names = ["x", *consts]
+    m = model(op, {"x": x}, {"axis": -1}, consts=consts, inputs=names,
+              opset=13 if op == "Softmax" else 17)
+    sess = Session(m, providers=["cuda"])
+    first = sess.run(None, {"x": x})[0]
+    for _ in range(3):
+        assert sess.run(None, {"x": x})[0].tobytes() == first.tobytes()
 
 
 @pytest.mark.parametrize("dtype", DT, ids=IDS)
@@ -57,6 +96,20 @@ def test_layer_normalization_with_statistics(cuda_device, dtype, shape, axis, wi
     check(model("LayerNormalization", {"x": x}, {"axis": axis, "epsilon": 1e-5},
                 consts=consts, inputs=names, n_outputs=3, opset=17), {"x": x},
           what=f"LayerNormalization {dtype} {shape}")
+
+
+@pytest.mark.parametrize("dtype", DT, ids=IDS)
+@pytest.mark.parametrize("op", ["LayerNormalization", "RMSNormalization"])
+def test_normalization_fast_rows_and_fallback(cuda_device, dtype, op):
+    for shape in [(13, 64), (5, 7), (3, 1001), (4, 4096), (2, 32768), (2, 40000)]:
+        x = random(shape, dtype, seed=10, scale=2.0) + dtype.type(0.5)
+        consts = {"s": random(shape[-1:], dtype, seed=11)}
+        if op == "LayerNormalization":
+            consts["b"] = random(shape[-1:], dtype, seed=12)
+        n_out = 3 if op == "LayerNormalization" else 1
+        check(model(op, {"x": x}, {"axis": -1}, consts=consts, inputs=["x", *consts],
+                    n_outputs=n_out, opset=17 if n_out == 3 else 23), {"x": x},
+              what=f"{op} {dtype} {shape}")
 
 
 @pytest.mark.parametrize("dtype", DT, ids=IDS)

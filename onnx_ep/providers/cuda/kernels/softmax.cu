@@ -14,6 +14,9 @@
 //
 // Row loads are vectorized (V elements = 16 bytes) when the host finds the row length and
 // the pointers aligned; V = 1 otherwise. Block sizes are powers of two (<= 256).
+//
+// Fast rows (``*_fast_*``, float32 / float16 / bfloat16, rows of up to 32 values per
+// thread): the row is read from DRAM once into registers and written once; see below.
 #include "ep_float.cuh"
 #include "ep_geo.cuh"
 
@@ -189,6 +192,170 @@ __device__ void norm_rows(const T* __restrict__ x, const T* __restrict__ scale,
     }
 }
 
+// ------------------------------------------------------------------ fast rows
+// One row per ``blockDim.x`` threads (a warp up to 1024 threads; ``blockDim.y`` rows per
+// block, one block per ``blockDim.y`` rows): each thread loads its P packs of V elements
+// once (16-byte loads when V > 1) and keeps them in registers as float, so every element
+// is read from DRAM once and written once. Reductions are warp butterflies (xor shuffles:
+// every lane ends with the same value, as a + b == b + a) followed by the row's warp
+// partials combined in warp order: a fixed order, bit-identical run to run.
+//
+// Softmax: the max in float (exact); exp(x - max) in float32 (CUDA expf, <= 2 ulp), summed
+// in float64; y = e * float(1 / sum), rounded once to T: within 5 float32 ulps of the
+// reference's float64 recipe (the declared rtol is 1e-6, ~8 ulps). A row whose max is not
+// finite (+inf, or every value -inf / NaN) takes the reference's float64 path (shift 0).
+// A NaN elsewhere makes the sum NaN and every output NaN, as in the reference.
+// LogSoftmax: the sum as above, then (x - shift) - log(sum) in float64, rounded once.
+// LayerNorm / RMSNorm: the arithmetic of norm_rows above, operation for operation.
+
+struct SumF64 { static __device__ __forceinline__ double comb(double a, double b) { return a + b; } };
+struct MaxF32 {  // NaN-blind (fmaxf): a NaN shows up in the sum instead
+    static __device__ __forceinline__ float comb(float a, float b) { return fmaxf(a, b); }
+};
+
+// exp of the float64 path for rows whose max is not finite: called, not inlined P * V
+// times (those rows are rare; the inlined copies dominated the compile time)
+__device__ __noinline__ double exp_slow(double v) { return exp(v); }
+
+// the combination of ``v`` over the row's blockDim.x threads, the same in every thread;
+// ``sh`` holds 32 partials (every thread of the block must call it: it synchronizes)
+template <class Op, class A>
+__device__ __forceinline__ A row_reduce(A v, A* sh) {
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) v = Op::comb(v, __shfl_xor_sync(0xffffffffu, v, m));
+    const int warps = blockDim.x >> 5;
+    if (warps == 1) return v;
+    A* s = sh + threadIdx.y * warps;
+    __syncthreads();  // the previous reduction's readers are done with sh
+    if ((threadIdx.x & 31) == 0) s[threadIdx.x >> 5] = v;
+    __syncthreads();
+    A r = s[0];
+    for (int w = 1; w < warps; ++w) r = Op::comb(r, s[w]);
+    return r;
+}
+
+// this thread's P packs of the row: pack p is j = threadIdx.x + p * blockDim.x (< nv)
+#define EP_FAST_PACKS(P)                                                                  \
+    _Pragma("unroll") for (int p = 0; p < (P); ++p)                                      \
+        if (active && threadIdx.x + (long long)p * blockDim.x < nv)
+#define EP_FAST_J(p) (threadIdx.x + (long long)(p) * blockDim.x)
+
+template <class T, int V, int P, bool LOG>
+__device__ __forceinline__ void softmax_fast(const T* __restrict__ x, T* __restrict__ y,
+                                             long long rows, long long cols) {
+    __shared__ float shf[32];
+    __shared__ double shd[32];
+    typedef Vec<T, V> VT;
+    const long long row = (long long)blockIdx.x * blockDim.y + threadIdx.y;
+    const bool active = row < rows;
+    const long long nv = cols / V;
+    const VT* xv = reinterpret_cast<const VT*>(x + (active ? row : 0) * cols);
+    VT* yv = reinterpret_cast<VT*>(y + (active ? row : 0) * cols);
+    float v[P][V];
+    float m = -inf32();
+    EP_FAST_PACKS(P) {
+        VT q = xv[EP_FAST_J(p)];
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+            v[p][k] = to_f32(q.v[k]);
+            m = fmaxf(m, v[p][k]);
+        }
+    }
+    m = row_reduce<MaxF32>(m, shf);
+    const bool fin = isfinite(m);
+    const float shift = fin ? m : 0.0f;
+    double s = 0.0;
+    EP_FAST_PACKS(P) {
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+            if (fin) {
+                const float e = expf(v[p][k] - shift);
+                if (!LOG) v[p][k] = e;
+                s += (double)e;
+            } else {
+                s += exp_slow((double)v[p][k]);
+            }
+        }
+    }
+    s = row_reduce<SumF64>(s, shd);
+    const float inv = (float)(1.0 / s);
+    const double ls = LOG ? log(s) : 0.0;
+    EP_FAST_PACKS(P) {
+        VT out;
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+            if (LOG) out.v[k] = round_from64<T>(((double)v[p][k] - (double)shift) - ls);
+            else if (fin) out.v[k] = round_from32<T>(v[p][k] * inv);
+            else out.v[k] = round_from64<T>(exp_slow((double)v[p][k]) / s);
+        }
+        yv[EP_FAST_J(p)] = out;
+    }
+}
+
+template <class T, int V, int P, bool RMS>
+__device__ __forceinline__ void norm_fast(const T* __restrict__ x, const T* __restrict__ scale,
+                                          const T* __restrict__ bias, T* __restrict__ y,
+                                          float* __restrict__ mean_out,
+                                          float* __restrict__ inv_out, long long rows,
+                                          long long cols, double eps) {
+    typedef float W;
+    __shared__ double shd[32];
+    typedef Vec<T, V> VT;
+    const long long row = (long long)blockIdx.x * blockDim.y + threadIdx.y;
+    const bool active = row < rows;
+    const long long nv = cols / V;
+    const VT* xv = reinterpret_cast<const VT*>(x + (active ? row : 0) * cols);
+    VT* yv = reinterpret_cast<VT*>(y + (active ? row : 0) * cols);
+    const W eps_w = (W)eps;
+    const double n = (double)cols;
+    W v[P][V];
+    double acc = 0.0;
+    EP_FAST_PACKS(P) {
+        VT q = xv[EP_FAST_J(p)];
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+            v[p][k] = (W)to_f64(q.v[k]);
+            acc += to_f64(q.v[k]);
+        }
+    }
+    W mean = (W)0;
+    if (!RMS) mean = round_from64<W>(row_reduce<SumF64>(acc, shd) / n);
+    // sum of squared deviations (LayerNorm) or of squares (RMSNorm), each squared in W
+    acc = 0.0;
+    EP_FAST_PACKS(P) {
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+            W d = v[p][k] - mean;
+            W dd = d * d;
+            acc += (double)dd;
+        }
+    }
+    const W var = round_from64<W>(row_reduce<SumF64>(acc, shd) / n);
+    const W inv = (W)1 / sqrt(var + eps_w);
+    const VT* sv = reinterpret_cast<const VT*>(scale);
+    const VT* bv = reinterpret_cast<const VT*>(bias);
+    EP_FAST_PACKS(P) {
+        const long long j = EP_FAST_J(p);
+        VT sc = sv[j], b, out;
+        if (bias) b = bv[j];
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+            W d = v[p][k] - mean;
+            W o = d * inv * (W)to_f64(sc.v[k]);
+            if (bias) o = o + (W)to_f64(b.v[k]);
+            out.v[k] = round_from64<T>(to_f64(o));
+        }
+        yv[j] = out;
+    }
+    if (active && threadIdx.x == 0) {
+        if (mean_out) mean_out[row] = mean;
+        if (inv_out) inv_out[row] = inv;
+    }
+}
+
+#undef EP_FAST_PACKS
+#undef EP_FAST_J
+
 // ------------------------------------------------------------------ instantiation
 #define EP_SOFTMAX_V(T, S, V)                                                               \
 extern "C" __global__ void softmax_rows_v##V##_##S(const T* x, T* y, long long rows,        \
@@ -221,6 +388,34 @@ extern "C" __global__ void log_softmax_cols_##S(const T* x, T* y, long long oute
                                                 long long a, long long inner) {             \
     softmax_cols<T, true>(x, y, outer, a, inner);                                           \
 }
+
+#define EP_FAST_VP(T, S, V, P)                                                              \
+extern "C" __global__ void __launch_bounds__(1024) softmax_fast_v##V##_p##P##_##S(        \
+        const T* x, T* y, long long rows, long long cols) {                                \
+    softmax_fast<T, V, P, false>(x, y, rows, cols);                                         \
+}                                                                                           \
+extern "C" __global__ void __launch_bounds__(1024) log_softmax_fast_v##V##_p##P##_##S(    \
+        const T* x, T* y, long long rows, long long cols) {                                \
+    softmax_fast<T, V, P, true>(x, y, rows, cols);                                          \
+}                                                                                           \
+extern "C" __global__ void __launch_bounds__(1024) layer_norm_fast_v##V##_p##P##_##S(     \
+        const T* x, const T* scale, const T* bias, T* y, float* mean, float* inv,          \
+        long long rows, long long cols, double eps) {                                      \
+    norm_fast<T, V, P, false>(x, scale, bias, y, mean, inv, rows, cols, eps);               \
+}                                                                                           \
+extern "C" __global__ void __launch_bounds__(1024) rms_norm_fast_v##V##_p##P##_##S(       \
+        const T* x, const T* scale, const T* bias, T* y, float* mean, float* inv,          \
+        long long rows, long long cols, double eps) {                                      \
+    norm_fast<T, V, P, true>(x, scale, bias, y, mean, inv, rows, cols, eps);                \
+}
+// P packs of V per thread, at most 32 values (softmax.py fast_geometry): V = 1 or 16 bytes
+#define EP_FAST_P124(T, S, V) EP_FAST_VP(T, S, V, 1) EP_FAST_VP(T, S, V, 2) EP_FAST_VP(T, S, V, 4)
+EP_FAST_P124(float, f32, 1) EP_FAST_VP(float, f32, 1, 8)
+EP_FAST_P124(float, f32, 4) EP_FAST_VP(float, f32, 4, 8)
+EP_FAST_P124(f16, f16, 1) EP_FAST_VP(f16, f16, 1, 8)
+EP_FAST_P124(f16, f16, 8)
+EP_FAST_P124(bf16, bf16, 1) EP_FAST_VP(bf16, bf16, 1, 8)
+EP_FAST_P124(bf16, bf16, 8)
 
 // VW: elements per 16-byte vector
 EP_SOFTMAX(float, f32, 4)

@@ -1,12 +1,14 @@
 """Softmax, LogSoftmax, LayerNormalization and RMSNormalization on CUDA (``softmax.cu``).
 
-Softmax and LogSoftmax compute in float64 and round once, like the reference
-(docs/PARITY.md): they keep the reference's bound ``rtol=1e-6, atol=1e-7`` for every
-float type (the float64 values differ only by the order of one float64 sum, far below
-any output rounding step, so float16/bfloat16 results round the same way in practice;
-the declared bound still adds one output ulp for them, as a sum order can in principle
-decide a tie). Before opset 13 the input is flattened to 2-D at ``axis``; from 13 on
-the op normalizes along ``axis`` alone.
+Softmax and LogSoftmax keep the reference's bound ``rtol=1e-6, atol=1e-7`` for every
+float type (plus one output ulp for float16/bfloat16, as a sum order can decide a
+rounding tie). float64 inputs, and rows too long for the fast kernels, compute in
+float64 and round once, like the reference (docs/PARITY.md). The fast kernels (float32,
+float16, bfloat16 rows of up to 32 values per thread) take exp in float32 (CUDA expf,
+<= 2 ulp) and sum in float64: within ~5 float32 ulps of the reference's float64 recipe,
+under the 1e-6 (~8 ulp) bound; rows whose max is not finite take the float64 recipe
+there too (softmax.cu). Before opset 13 the input is flattened to 2-D at ``axis``; from
+13 on the op normalizes along ``axis`` alone.
 
 LayerNormalization (opset 17) and RMSNormalization (opset 23) replay the reference's
 operations in its stash type (float32; float64 for float64 inputs) with the two
@@ -14,8 +16,11 @@ statistics accumulated in double: ``rtol=1e-4, atol=1e-5`` (+ one output ulp for
 float16/bfloat16). ``stash_type`` other than 1 (float) is declined; Scale and B must
 hold exactly one value per normalized element.
 
-One block per row (a power of two <= 256 threads); 16-byte vector loads when the row
-length and pointers allow.
+Rows along the last axis run :func:`fast_geometry`'s kernels where they fit: the row read
+from DRAM once into registers and written once, 16-byte loads when the row length and
+pointers allow, a warp to 1024 threads per row, warp-shuffle reductions in a fixed order
+(bit-identical run to run). Longer rows take the multi-pass kernels (one block of <= 256
+threads per row, the exp of the first 5,632 values cached in shared memory).
 """
 
 from __future__ import annotations
@@ -48,6 +53,15 @@ MAX_GRID = 1 << 20
 #: reduction scratch and headroom)
 CACHE_BYTES = 44 * 1024
 VECTOR_BYTES = 16
+#: fast kernels: values of a row each thread aims to hold, the most it may hold (registers:
+#: the kernels are built for 1024-thread blocks, 64 registers), and packs per thread built
+FAST_VALUES = 16
+FAST_MAX_VALUES = 32
+FAST_PACKS = (1, 2, 4, 8)
+FAST_MAX_THREADS = 1024
+#: threads per block of the fast kernels when a row takes fewer (several rows per block)
+FAST_BLOCK = 256
+MAX_GRID_X = (1 << 31) - 1
 
 
 def block_for(n: int) -> int:
@@ -64,6 +78,42 @@ def vector_width(itemsize: int, cols: int, ptrs: tuple[int, ...]) -> int:
     if v > 1 and cols % v == 0 and all(p % VECTOR_BYTES == 0 for p in ptrs):
         return v
     return 1
+
+
+def fast_geometry(cols: int, v: int) -> tuple[int, int] | None:
+    """``(threads per row, packs per thread)`` of the fast row kernels for rows of ``cols``
+    elements loaded ``v`` at a time, or ``None`` when a row does not fit in registers.
+
+    Threads per row: the smallest power of two >= 32 (a warp) giving each thread at most
+    :data:`FAST_VALUES` values (``8 * v`` for narrow packs), up to 1024; packs per thread: the
+    smallest of :data:`FAST_PACKS` covering the row.
+    """
+    nv = cols // v
+    target = min(FAST_VALUES, FAST_PACKS[-1] * v)
+    threads = 32
+    while threads < FAST_MAX_THREADS and threads * target < cols:
+        threads *= 2
+    for packs in FAST_PACKS:
+        if packs * threads >= nv:
+            return (threads, packs) if packs * v <= FAST_MAX_VALUES else None
+    return None
+
+
+def fast_launch(outer: int, cols: int, v: int, dtype: Any
+                ) -> tuple[str, tuple[int, int, int], tuple[int, int, int]] | None:
+    """``(symbol infix, grid, block)`` of a fast row kernel, e.g. ``("fast_v4_p4", ...)``,
+    or ``None`` (float64, or rows that do not fit): the multi-pass kernels run instead."""
+    if np.dtype(dtype) == np.float64:
+        return None
+    geo = fast_geometry(cols, v)
+    if geo is None:
+        return None
+    threads, packs = geo
+    per_block = max(1, FAST_BLOCK // threads)
+    blocks = -(-outer // per_block)
+    if blocks > MAX_GRID_X:
+        return None
+    return f"fast_v{v}_p{packs}", (blocks, 1, 1), (threads, per_block, 1)
 
 
 def softmax_geometry(shape: tuple[int, ...], axis: int, opset: int) -> tuple[int, int, int]:
@@ -123,6 +173,12 @@ class Softmax(CudaKernel):
                    ctx.stream)
             return
         v = vector_width(x.dtype.itemsize, dim, (x.ptr, y.ptr))
+        fast = fast_launch(outer, dim, v, x.dtype)
+        if fast is not None:
+            infix, grid, block = fast
+            launch(self.function(f"{self.name}_{infix}_{sfx}", x), grid, block,
+                   [(x.ptr, PTR), (y.ptr, PTR), (outer, I64), (dim, I64)], ctx.stream)
+            return
         cache_n = 0 if self.log else min(dim, CACHE_BYTES // 8)
         launch(self.function(f"{self.name}_rows_v{v}_{sfx}", x), (min(outer, MAX_GRID), 1, 1),
                (block_for(dim // v), 1, 1),
@@ -189,12 +245,17 @@ class Normalization(CudaKernel):
         ptrs = tuple(t.ptr for t in (x, y, scale, bias) if t is not None)
         v = vector_width(x.dtype.itemsize, cols, ptrs)
         sfx = suffix(x.dtype)
-        launch(self.function(f"{self.name}_v{v}_{sfx}", x), (min(rows, MAX_GRID), 1, 1),
-               (block_for(cols // v), 1, 1),
-               [(x.ptr, PTR), (scale.ptr, PTR), (bias.ptr if bias is not None else 0, PTR),
+        args = [(x.ptr, PTR), (scale.ptr, PTR), (bias.ptr if bias is not None else 0, PTR),
                 (y.ptr, PTR), (mean.ptr if mean is not None else 0, PTR),
-                (inv.ptr if inv is not None else 0, PTR), (rows, I64), (cols, I64),
-                (eps, F64)], ctx.stream)
+                (inv.ptr if inv is not None else 0, PTR), (rows, I64), (cols, I64), (eps, F64)]
+        fast = fast_launch(rows, cols, v, x.dtype)
+        if fast is not None:
+            infix, grid, block = fast
+            launch(self.function(f"{self.name}_{infix}_{sfx}", x), grid, block, args,
+                   ctx.stream)
+            return
+        launch(self.function(f"{self.name}_v{v}_{sfx}", x), (min(rows, MAX_GRID), 1, 1),
+               (block_for(cols // v), 1, 1), args, ctx.stream)
 
 
 KERNELS: list[CudaKernel] = [

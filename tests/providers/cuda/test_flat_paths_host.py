@@ -1,0 +1,104 @@
+"""CPU checks of the launch geometry of the flat elementwise/Cast path and of the fast
+Softmax/LayerNorm rows: which kernels the host expects to take the fast path, and grids."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from onnx_ep.core.kernel import NodeMeta, TensorSpec
+from onnx_ep.providers.cuda.kernels import elementwise, softmax
+from onnx_ep.providers.cuda.kernels.elementwise import BLOCK, ROWS, flat_geometry
+
+KERNELS_DIR = Path(elementwise.__file__).parent
+
+
+class _T:
+    def __init__(self, ptr: int, shape: tuple[int, ...], dtype=np.float32) -> None:
+        self.ptr, self.shape, self.dtype, self.device = ptr, shape, np.dtype(dtype), 0
+
+
+def _never() -> int:
+    raise AssertionError("a small grid must not ask for the occupancy")
+
+
+def test_flat_geometry_sizes_grids_for_one_pack_per_thread() -> None:
+    grid, block = flat_geometry(4096, [(0x1000, 4, False), (0x2000, 4, False)], (0x3000, 4),
+                                _never)
+    assert block == (BLOCK, 1, 1) and grid == (4096 // (4 * BLOCK), 1, 1)
+    # float16 packs hold 8, bool packs 16; a bool output of float32 inputs packs by 4
+    assert flat_geometry(8 * BLOCK * 3, [(0, 2, False)], (0, 2), _never)[0] == (3, 1, 1)
+    assert flat_geometry(16 * BLOCK, [(0, 1, False)], (0, 1), _never)[0] == (1, 1, 1)
+    assert flat_geometry(4 * BLOCK * 2, [(0, 4, False)], (0, 1), _never)[0] == (2, 1, 1)
+
+
+def test_flat_geometry_declines_misaligned_pointers_but_not_scalars() -> None:
+    assert flat_geometry(100, [(0x1004, 4, False)], (0x2000, 4), _never) is None
+    assert flat_geometry(100, [(0x1000, 4, False)], (0x2008, 4), _never) is None
+    assert flat_geometry(100, [(0x1000, 4, False), (0x1004, 4, True)], (0x2000, 4),
+                         _never) is not None
+    # a float32 -> bool pack is 4 bytes of output: 4-byte alignment suffices there
+    assert flat_geometry(100, [(0x1000, 4, False)], (0x2004, 1), _never) is not None
+
+
+def test_flat_geometry_caps_large_grids_at_one_wave() -> None:
+    grid, _ = flat_geometry(1 << 26, [(0, 4, False)], (0, 4), lambda: 1056)
+    assert grid == (1056, 1, 1)
+
+
+def _bound(op: str, *specs: TensorSpec):
+    meta = NodeMeta("n", op, "", 21, {}, tuple(specs))
+    return ROWS[op].bind(meta)
+
+
+@pytest.mark.parametrize("shapes,flat", [(((2, 3), (2, 3)), True), (((2, 3), ()), True),
+                                         (((), (5,)), True), (((2, 3), (1, 1)), True),
+                                         (((2, 3), (3,)), False), (((2, 3), (2, 1)), False)])
+def test_binary_geometry_takes_the_flat_path_for_same_shapes_and_scalars(shapes, flat) -> None:
+    a, b = shapes
+    out = np.broadcast_shapes(a, b)
+    bound = _bound("Add", TensorSpec(np.float32, a), TensorSpec(np.float32, b))
+    n = int(np.prod(out))
+    grid, _ = bound.geometry(n, [_T(0x1000, a), _T(0x2000, b)], _T(0x3000, out))
+    assert grid == (flat_geometry(n, [(0, 4, False)], (0, 4), _never)[0] if flat
+                    else elementwise.launch_geometry(n)[0])
+
+
+def test_unary_geometry_falls_back_for_a_misaligned_input() -> None:
+    bound = _bound("Relu", TensorSpec(np.float32, (4096,)))
+    grid, _ = bound.geometry(4096, [_T(0x1004, (4096,))], _T(0x2000, (4096,)))
+    assert grid == elementwise.launch_geometry(4096)[0]
+
+
+@pytest.mark.parametrize("cols,v,want", [(4096, 4, (256, 4)), (4096, 8, (256, 2)),
+                                         (4096, 1, (512, 8)), (7, 1, (32, 1)),
+                                         (768, 4, (64, 4)), (32768, 4, (1024, 8)),
+                                         (32768, 8, (1024, 4)), (8193, 1, None),
+                                         (65536, 8, None)])
+def test_fast_geometry_fits_rows_in_registers(cols, v, want) -> None:
+    assert softmax.fast_geometry(cols, v) == want
+    if want is not None:
+        threads, packs = want
+        assert threads * packs * v >= cols and packs * v <= softmax.FAST_MAX_VALUES
+
+
+def test_fast_launch_packs_short_rows_into_blocks_and_skips_float64() -> None:
+    infix, grid, block = softmax.fast_launch(13, 64, 4, np.float32)
+    assert infix == "fast_v4_p1" and block == (32, 8, 1) and grid == (2, 1, 1)
+    assert softmax.fast_launch(13, 64, 2, np.float64) is None
+
+
+def test_fast_kernels_are_instantiated_for_every_geometry_the_host_picks() -> None:
+    src = (KERNELS_DIR / "softmax.cu").read_text()
+    have = set(re.findall(r"EP_FAST_VP\((\w+), (\w+), (\d+), (\d+)\)", src))
+    for line in re.findall(r"EP_FAST_P124\((\w+), (\w+), (\d+)\)", src):
+        have |= {(*line, str(p)) for p in (1, 2, 4)}
+    for sfx, vw in (("f32", 4), ("f16", 8), ("bf16", 8)):
+        for v in (1, vw):
+            for cols in range(v, 70000, 37 * v):
+                geo = softmax.fast_geometry(cols, v)
+                if geo is not None:
+                    assert any(h[1:] == (sfx, str(v), str(geo[1])) for h in have), (sfx, v, geo)
