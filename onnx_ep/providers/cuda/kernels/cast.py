@@ -34,9 +34,11 @@ from onnx_ep.core.kernel import (
     TensorSpec,
     WorkspaceRequirement,
 )
+from onnx_ep.providers.cuda.kernels import elementwise
 from onnx_ep.providers.cuda.kernels.elementwise import (
     BoundLaunch,
     _numel,
+    flat_geometry,
     launch_geometry,
 )
 
@@ -91,6 +93,11 @@ class _BoundCast(BoundLaunch):
                  round_mode: str = "up") -> None:
         super().__init__(row, f"cast_{SUFFIXES[np.dtype(src)]}_{SUFFIXES[np.dtype(dst)]}")
         self.dst = dst
+        #: cast.cu's flat path (16-byte packs) runs between the elementwise family's
+        #: dtypes; the byte formats (float8, int4, ...) keep the plain loop
+        self.flat_sizes = ((np.dtype(src).itemsize, np.dtype(dst).itemsize)
+                           if np.dtype(src) in elementwise.DTYPES
+                           and np.dtype(dst) in elementwise.DTYPES else None)
         self.saturate = int(bool(saturate))
         self.round_mode = ROUND_MODES[round_mode]
         #: prebuilt launches by (stream, input and output pointers, shape)
@@ -117,7 +124,10 @@ class _BoundCast(BoundLaunch):
         if n == 0:
             return runtime.remember(self._launches, key, runtime.no_launch,
                                     runtime.LAUNCHES_PER_NODE)
-        grid, block = launch_geometry(n)
+        flat = None if self.flat_sizes is None else flat_geometry(
+            n, [(x.ptr, self.flat_sizes[0], False)], (y.ptr, self.flat_sizes[1]),
+            lambda: self.wave(y.device))
+        grid, block = flat if flat is not None else launch_geometry(n)
         rec = runtime.prepare(self.function(y.device), grid, block,
                               [(int(x.ptr), ctypes.c_void_p), (int(y.ptr), ctypes.c_void_p),
                                (n, ctypes.c_int64), (self.saturate, ctypes.c_int),

@@ -28,7 +28,7 @@ SIMD one on AVX-512 hosts) becomes a large relative difference in a result of ~1
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import ml_dtypes
@@ -190,6 +190,44 @@ def launch_geometry(n: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]
     return (blocks, 1, 1), (BLOCK, 1, 1)
 
 
+#: flat grids of up to this many blocks launch as they are (under one wave on any recent
+#: GPU); larger ones are capped at one wave of resident blocks
+FLAT_UNCAPPED_BLOCKS = 256
+
+
+def flat_pack(itemsizes: Sequence[int]) -> int:
+    """Elements per 16-byte pack of ep_flat.cuh: 16 bytes of the widest operand."""
+    return 16 // max(itemsizes)
+
+
+def flat_unroll(pack: int) -> int:
+    """Packs per thread per grid step (ep_flat.cuh ``flat_unroll``)."""
+    return 1
+
+
+def flat_geometry(n: int, operands: Sequence[tuple[int, int, bool]], out: tuple[int, int],
+                  wave: Callable[[], int]
+                  ) -> tuple[tuple[int, int, int], tuple[int, int, int]] | None:
+    """Grid and block of the flat path (ep_flat.cuh), or ``None`` when the kernel will not
+    take it because a pointer is not aligned to its pack.
+
+    The same test as the kernel's: it decides the speed, never the result (every path is a
+    grid-stride loop, correct for any grid).
+
+    :param operands: ``(pointer, itemsize, is_scalar)`` per input; a scalar is read once.
+    :param out: ``(pointer, itemsize)`` of the output.
+    :param wave: blocks resident on the device at once; asked only for large grids.
+    """
+    v = flat_pack([size for _, size, _ in operands] + [out[1]])
+    for ptr, size, scalar in (*operands, (*out, False)):
+        if not scalar and int(ptr) % (v * size):
+            return None
+    blocks = max(1, -(-int(n) // (v * flat_unroll(v) * BLOCK)))
+    if blocks > FLAT_UNCAPPED_BLOCKS:
+        blocks = min(blocks, max(FLAT_UNCAPPED_BLOCKS, wave()))
+    return (blocks, 1, 1), (BLOCK, 1, 1)
+
+
 class BoundLaunch:
     """A node bound to one compiled symbol of ``kernels/<SOURCE>.cu``: launch only.
 
@@ -205,6 +243,7 @@ class BoundLaunch:
         self.parity: Parity = row.parity
         self.symbol = symbol
         self._functions: dict[int, Any] = {}
+        self._waves: dict[int, int] = {}
 
     def __repr__(self) -> str:
         return f"{type(self.row).__name__}({self.key}, {self.symbol})"
@@ -226,6 +265,20 @@ class BoundLaunch:
             fn = self._functions[ordinal] = nvrtc.get_function(
                 self.source, self.symbol, runtime.get_device(ordinal))
         return fn
+
+    def wave(self, ordinal: int) -> int:
+        """Blocks of :data:`BLOCK` threads of this symbol resident on device ``ordinal`` at
+        once (SMs x occupancy): a flat grid of this size runs in exactly one wave."""
+        blocks = self._waves.get(ordinal)
+        if blocks is None:
+            from onnx_ep.providers.cuda import runtime
+
+            per_sm = runtime.check(runtime.driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                self.function(ordinal).handle, BLOCK, 0),
+                f"cuOccupancyMaxActiveBlocksPerMultiprocessor({self.symbol})")
+            blocks = self._waves[ordinal] = (max(1, int(per_sm))
+                                             * runtime.get_device(ordinal).multiprocessors)
+        return blocks
 
 
 class _Bound(BoundLaunch):
@@ -277,7 +330,7 @@ class _Bound(BoundLaunch):
         if n == 0:
             return runtime.remember(self._launches, key, runtime.no_launch,
                                     runtime.LAUNCHES_PER_NODE)
-        grid, block = launch_geometry(n)
+        grid, block = self.geometry(n, inputs, y)
         if self.row.family == "clip":  # (x, lo or null, hi or null, y, n, lo, hi)
             ptrs = [(int(inputs[k].ptr) if k < len(inputs) and inputs[k] is not None else 0,
                      ctypes.c_void_p) for k in range(3)]
@@ -291,6 +344,32 @@ class _Bound(BoundLaunch):
             args.append((self.layout(tuple(y.shape), shapes), None))  # struct by value
         rec = runtime.prepare(self.function(y.device), grid, block, args, stream)
         return runtime.remember(self._launches, key, rec, runtime.LAUNCHES_PER_NODE)
+
+    def geometry(self, n: int, inputs: Sequence[Any], y: Any
+                 ) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+        """The flat path's grid when the kernel takes it (every operand the output's shape
+        or a scalar, pointers aligned: elementwise.cu ``flat_operand``), else one thread
+        per element."""
+        family = self.row.family
+        if any(getattr(t, "dtype", None) is None for t in (y, *inputs[:1])):
+            return launch_geometry(n)  # a tensor stand-in without a dtype (host tests)
+        if family in ("unary", "clip"):
+            scalars = [False]
+        elif family in ("binary", "where"):
+            ndim, _, strides = broadcast_layout(tuple(y.shape), tuple(tuple(t.shape)
+                                                                      for t in inputs))
+            if ndim == 0:
+                scalars = [False] * len(inputs)
+            elif ndim == 1 and all(col[0] <= 1 for col in strides):
+                scalars = [col[0] == 0 for col in strides]
+            else:
+                return launch_geometry(n)
+        else:
+            return launch_geometry(n)
+        operands = [(t.ptr, t.dtype.itemsize, sc) for t, sc in zip(inputs, scalars)]
+        flat = flat_geometry(n, operands, (y.ptr, y.dtype.itemsize),
+                             lambda: self.wave(y.device))
+        return flat if flat is not None else launch_geometry(n)
 
 
 # ---------------------------------------------------------------- unary

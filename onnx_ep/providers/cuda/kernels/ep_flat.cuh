@@ -3,7 +3,7 @@
 // It applies when every operand is either the output's flat index (same shape) or one
 // broadcast scalar, and every non-scalar pointer is aligned to its pack: V elements per
 // pack, V = 16 bytes / the widest operand (float4, 8 x half, 16 x bool ...), U packs per
-// thread per grid step (all loads issued before any store: U * operands packs in flight),
+// thread per grid step (all loads issued before any store; U = 1, see flat_unroll),
 // grid-stride over the packs, then the fewer than V tail elements one per thread. The
 // per-element function ``f`` is the one the general loop applies, so results are the same
 // bit for bit; only the memory access differs. A caller whose pointers are misaligned (a
@@ -23,8 +23,10 @@ template <class... Ts> __host__ __device__ constexpr int flat_elems() {
     ((w = (int)sizeof(Ts) > w ? (int)sizeof(Ts) : w), ...);
     return 16 / w;
 }
-// packs per thread per grid step: 2, or 1 for 16-element packs (bounds the unrolled code)
-__host__ __device__ constexpr int flat_unroll(int v) { return v >= 16 ? 1 : 2; }
+// packs per thread per grid step. 1: Add float32 then takes ~30 registers, full occupancy
+// (2048 threads per SM, 64 KiB of loads in flight per SM); 2 took 56 registers (half the
+// occupancy, the same bytes in flight) and twice the code
+__host__ __device__ constexpr int flat_unroll(int) { return 1; }
 
 // one operand: a contiguous array read as packs, or one scalar read for every element
 template <class T, int V> struct FlatSrc {
