@@ -231,6 +231,10 @@ class NodeMeta:
         optional input, or a non-tensor value such as a sequence).
     :ivar outputs: inferred output specs when known, else ``None`` entries.
     :ivar input_names, output_names: value names as in the model.
+    :ivar constants: host values of the inputs that are model initializers, by input
+        position (read-only numpy arrays). A kernel may size its outputs from them at
+        plan time (Pad's pads, Reshape's shape); at run time a device kernel still reads
+        its device copy, never these.
     """
 
     name: str
@@ -242,10 +246,15 @@ class NodeMeta:
     outputs: tuple[TensorSpec | None, ...] = ()
     input_names: tuple[str, ...] = ()
     output_names: tuple[str, ...] = ()
+    constants: Mapping[int, Any] = attrs.field(factory=dict)
 
     def attr(self, name: str, default: Any = None) -> Any:
         """The attribute ``name``, or ``default`` when the node does not set it."""
         return self.attrs.get(name, default)
+
+    def constant(self, index: int) -> Any:
+        """The host value of input ``index`` when it is an initializer, else ``None``."""
+        return self.constants.get(index)
 
 
 class ExecutionContext:

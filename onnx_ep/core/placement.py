@@ -94,9 +94,11 @@ def node_meta(node: Node, graph: Graph,
         v = graph.values.get(name)
         return v.spec if v is not None else None
 
+    inits = graph.initializers
     return NodeMeta(
         name=node.name, op_type=node.op_type, domain=node.domain,
         opset=graph.opset(node.domain), attrs=node.attrs,
+        constants={i: inits[n] for i, n in enumerate(node.inputs) if n and n in inits},
         inputs=tuple(spec(n) for n in node.inputs),
         outputs=tuple(spec(n) for n in node.outputs),
         input_names=node.inputs, output_names=node.outputs)

@@ -461,6 +461,14 @@ class Session:
                 # moving one can leave a neighbour unsized, so repeat to a fixed point
                 host_only: frozenset[str] = frozenset()
                 while unsized := unsized_device_steps(plan, device.device):
+                    if not any(self._runtime.registry.providers[p].device == HOST
+                               for p in self._providers):
+                        raise PlanError(
+                            f"node(s) {', '.join(map(repr, unsized[:5]))} on {device.device}: "
+                            f"an input or output size is unknown at plan time for inputs "
+                            f"{_sig_str(signature)} (it depends on values computed on the "
+                            f"device), and no host provider is listed to run them; add "
+                            f"'cpu_reference' to providers=")
                     host_only |= frozenset(unsized)
                     log.info("signature %s: node(s) %s fall back to the host: sizes unknown "
                              "at plan time", signature, unsized[:5])

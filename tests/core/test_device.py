@@ -142,6 +142,25 @@ def test_nodes_the_device_cannot_size_fall_back_to_the_host_for_that_signature()
     assert s.placement_summary() == {"fake": 1, "cpu_reference": 3}
 
 
+def test_an_unsizable_node_without_a_host_provider_is_a_plan_error_naming_it():
+    from onnx import TensorProto, helper
+
+    from onnx_ep.errors import PlanError
+    from tests.helpers.oracle import ORACLE_IR_VERSION
+
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"]),
+         helper.make_node("Reshape", ["r", "s"], ["y"], name="dyn_reshape")], "dyn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8]),
+         helper.make_tensor_value_info("s", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)],
+                              ir_version=ORACLE_IR_VERSION)
+    plugin = FakeDevicePlugin(ops=("Relu", "Reshape"))
+    with pytest.raises(PlanError, match="'dyn_reshape' on fake.*add 'cpu_reference'"):
+        onnx_ep.Session(model, providers=["fake"], plugins=[plugin])   # planned at load
+
+
 def test_a_refusal_at_load_frees_everything_the_device_got():
     from onnx_ep.errors import AdmissionRefused
     from tests.helpers.models import mlp_model as static_mlp

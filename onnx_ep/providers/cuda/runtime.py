@@ -25,11 +25,15 @@ call, made one of two ways:
   ``void**``, no packing).
 
 Both end in the same driver entry point and are capture-safe. The default is
-``ctypes`` when libcuda loads through ctypes, else ``bindings``; the
-environment variable ``ONNX_EP_LAUNCH=bindings|ctypes`` overrides it (read at
-import). ``benchmarks/cuda_kernels.py --sections 5`` times the tuple path and
-both prebuilt paths side by side on the GPU and prints their ratios, which is
-the measurement behind the default. The path is chosen from a static order,
+``bindings``: on the H200 (2026-11-29, docs/PERFORMANCE.md) a prebuilt array
+launched through cuda-bindings cost 4.14 µs against 4.71 µs through ctypes and
+5.81 µs for the bindings' tuple form, and a whole elementwise step 5.0 µs
+against 6.9 µs (ctypes' per-call argument handling costs more than the
+bindings' Cython wrapper). The environment variable
+``ONNX_EP_LAUNCH=bindings|ctypes`` overrides it (read at import).
+``benchmarks/cuda_kernels.py --sections 5`` times the tuple path and both
+prebuilt paths side by side on the GPU and prints their ratios, which is the
+measurement behind the default. The path is chosen from a static order,
 not timed at import: a timing needs a kernel or an invalid launch, and either
 may disturb a capture another library runs in the process.
 
@@ -460,7 +464,7 @@ def _cuLaunchKernel() -> Any:  # noqa: N802 - the driver's name
 # ---------------------------------------------------------------- prebuilt launches
 
 #: the launch paths ``ONNX_EP_LAUNCH`` may name, in the order the default prefers them
-LAUNCH_PATHS = ("ctypes", "bindings")
+LAUNCH_PATHS = ("bindings", "ctypes")
 _LAUNCH_ENV = os.environ.get("ONNX_EP_LAUNCH", "").strip().lower()
 
 
@@ -599,8 +603,9 @@ def _ctypes_cuLaunchKernel() -> Any:  # noqa: N802 - the driver's name
 def launch_path() -> str:
     """The prebuilt-launch path in use: ``"ctypes"`` or ``"bindings"`` (decided once).
 
-    ``ONNX_EP_LAUNCH`` names one; otherwise (or when ``ctypes`` cannot load the driver
-    library) the first of :data:`LAUNCH_PATHS` that works.
+    ``ONNX_EP_LAUNCH`` names one (``ctypes`` falls back to ``bindings`` with a warning
+    when the driver library does not load through ctypes); otherwise the first of
+    :data:`LAUNCH_PATHS`.
     """
     import warnings
 
@@ -611,14 +616,12 @@ def launch_path() -> str:
         warnings.warn(f"ONNX_EP_LAUNCH={want!r} is not one of {', '.join(LAUNCH_PATHS)}; "
                       f"using the default", OnnxEpWarning, stacklevel=2)
         want = ""
-    if want == "bindings":
-        return "bindings"
-    if _ctypes_cuLaunchKernel() is not None:
-        return "ctypes"
-    if want == "ctypes":
-        warnings.warn("ONNX_EP_LAUNCH=ctypes but the CUDA driver library could not be loaded "
-                      "through ctypes; launching through cuda-bindings", OnnxEpWarning,
-                      stacklevel=2)
+    for path in ((want,) if want else LAUNCH_PATHS):
+        if path == "bindings" or _ctypes_cuLaunchKernel() is not None:
+            return path
+    warnings.warn("ONNX_EP_LAUNCH=ctypes but the CUDA driver library could not be loaded "
+                  "through ctypes; launching through cuda-bindings", OnnxEpWarning,
+                  stacklevel=2)
     return "bindings"
 
 

@@ -124,6 +124,25 @@ def pad_attr_lists(meta: Any, rank: int) -> tuple[list[int], list[int]] | None:
     return raw[:rank], raw[rank:]
 
 
+def pad_const_lists(meta: Any, rank: int) -> tuple[list[int], list[int]] | None:
+    """Opset >= 11: (begins, ends) per axis from initializer pads (and axes), or ``None``."""
+    pads = meta.constant(1)
+    axes_spec = meta.inputs[3] if len(meta.inputs) > 3 else None
+    axes = meta.constant(3) if axes_spec is not None else None
+    if pads is None or (axes_spec is not None and axes is None):
+        return None
+    pads = [int(p) for p in np.asarray(pads).reshape(-1)]
+    axes_l = ([int(a) + rank if int(a) < 0 else int(a) for a in np.asarray(axes).reshape(-1)]
+              if axes is not None else list(range(rank)))
+    k = len(axes_l)
+    if len(pads) != 2 * k or any(not 0 <= a < rank for a in axes_l):
+        return None
+    begins, ends = [0] * rank, [0] * rank
+    for j, a in enumerate(axes_l):
+        begins[a], ends[a] = pads[j], pads[k + j]
+    return begins, ends
+
+
 class Pad(_Indexing):
     def supports(self, meta: NodeMeta) -> Support:
         s = self._sized(meta.inputs[0] if meta.inputs else None)
@@ -149,11 +168,14 @@ class Pad(_Indexing):
 
     def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
         x = meta.inputs[0]
-        if meta.opset >= 11 or not all(isinstance(d, int) for d in x.shape):
-            return [None]                       # pads are a device input
-        be = pad_attr_lists(meta, len(x.shape))
-        if be is None:
+        if not all(isinstance(d, int) for d in x.shape):
             return [None]
+        if meta.opset >= 11:
+            be = pad_const_lists(meta, len(x.shape))   # pads (and axes) initializers
+        else:
+            be = pad_attr_lists(meta, len(x.shape))
+        if be is None:
+            return [None]                       # pads computed on the device: unsized
         return [TensorSpec(x.dtype, tuple(d + b + e for d, b, e in zip(x.shape, *be)))]
 
     def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:

@@ -201,17 +201,34 @@ __device__ void norm_rows(const T* __restrict__ x, const T* __restrict__ scale,
 // partials combined in warp order: a fixed order, bit-identical run to run.
 //
 // Softmax: the max in float (exact); exp(x - max) in float32 (CUDA expf, <= 2 ulp), summed
-// in float64; y = e * float(1 / sum), rounded once to T: within 5 float32 ulps of the
+// per thread with float two-sums and across the row in float64; y = e * float(1 / sum), rounded once to T: within 5 float32 ulps of the
 // reference's float64 recipe (the declared rtol is 1e-6, ~8 ulps). A row whose max is not
 // finite (+inf, or every value -inf / NaN) takes the reference's float64 path (shift 0).
 // A NaN elsewhere makes the sum NaN and every output NaN, as in the reference.
 // LogSoftmax: the sum as above, then (x - shift) - log(sum) in float64, rounded once.
-// LayerNorm / RMSNorm: the arithmetic of norm_rows above, operation for operation.
+// LayerNorm / RMSNorm: the arithmetic of norm_rows above, operation for operation, except
+// that each thread sums its values with float two-sums (no float64 per element) before the
+// row's float64 combination.
 
 struct SumF64 { static __device__ __forceinline__ double comb(double a, double b) { return a + b; } };
 struct MaxF32 {  // NaN-blind (fmaxf): a NaN shows up in the sum instead
     static __device__ __forceinline__ float comb(float a, float b) { return fmaxf(a, b); }
 };
+
+// Per-thread sums of the fast kernels: float two-sums (Knuth; exact with --fmad=false), so a
+// thread's partial is its values' sum to about float^2 relative error with no float64
+// conversion per element (F2F.F64 conversions were the fast kernels' bottleneck on H200:
+// about 16 per clock per SM); the partials then combine in float64 across the row.
+__device__ __forceinline__ void two_sum_add(float& s, float& c, float x) {
+    const float t = s + x;
+    const float bp = t - s;
+    c += (s - (t - bp)) + (x - bp);
+    s = t;
+}
+// the partial as float64; an infinite sum stays infinite (its compensation is NaN)
+__device__ __forceinline__ double two_sum_value(float s, float c) {
+    return isfinite(s) ? (double)s + (double)c : (double)s;
+}
 
 // exp of the float64 path for rows whose max is not finite: called, not inlined P * V
 // times (those rows are rare; the inlined copies dominated the compile time)
@@ -264,20 +281,21 @@ __device__ __forceinline__ void softmax_fast(const T* __restrict__ x, T* __restr
     m = row_reduce<MaxF32>(m, shf);
     const bool fin = isfinite(m);
     const float shift = fin ? m : 0.0f;
-    double s = 0.0;
+    float es = 0.0f, ec = 0.0f;
+    double sd = 0.0;
     EP_FAST_PACKS(P) {
 #pragma unroll
         for (int k = 0; k < V; ++k) {
             if (fin) {
                 const float e = expf(v[p][k] - shift);
                 if (!LOG) v[p][k] = e;
-                s += (double)e;
+                two_sum_add(es, ec, e);
             } else {
-                s += exp_slow((double)v[p][k]);
+                sd += exp_slow((double)v[p][k]);
             }
         }
     }
-    s = row_reduce<SumF64>(s, shd);
+    const double s = row_reduce<SumF64>(fin ? two_sum_value(es, ec) : sd, shd);
     const float inv = (float)(1.0 / s);
     const double ls = LOG ? log(s) : 0.0;
     EP_FAST_PACKS(P) {
@@ -309,28 +327,27 @@ __device__ __forceinline__ void norm_fast(const T* __restrict__ x, const T* __re
     const W eps_w = (W)eps;
     const double n = (double)cols;
     W v[P][V];
-    double acc = 0.0;
+    float ms = 0.0f, mc = 0.0f;
     EP_FAST_PACKS(P) {
         VT q = xv[EP_FAST_J(p)];
 #pragma unroll
         for (int k = 0; k < V; ++k) {
-            v[p][k] = (W)to_f64(q.v[k]);
-            acc += to_f64(q.v[k]);
+            v[p][k] = to_f32(q.v[k]);
+            two_sum_add(ms, mc, v[p][k]);
         }
     }
     W mean = (W)0;
-    if (!RMS) mean = round_from64<W>(row_reduce<SumF64>(acc, shd) / n);
+    if (!RMS) mean = round_from64<W>(row_reduce<SumF64>(two_sum_value(ms, mc), shd) / n);
     // sum of squared deviations (LayerNorm) or of squares (RMSNorm), each squared in W
-    acc = 0.0;
+    float vs = 0.0f, vc = 0.0f;
     EP_FAST_PACKS(P) {
 #pragma unroll
         for (int k = 0; k < V; ++k) {
             W d = v[p][k] - mean;
-            W dd = d * d;
-            acc += (double)dd;
+            two_sum_add(vs, vc, d * d);
         }
     }
-    const W var = round_from64<W>(row_reduce<SumF64>(acc, shd) / n);
+    const W var = round_from64<W>(row_reduce<SumF64>(two_sum_value(vs, vc), shd) / n);
     const W inv = (W)1 / sqrt(var + eps_w);
     const VT* sv = reinterpret_cast<const VT*>(scale);
     const VT* bv = reinterpret_cast<const VT*>(bias);
@@ -341,9 +358,9 @@ __device__ __forceinline__ void norm_fast(const T* __restrict__ x, const T* __re
 #pragma unroll
         for (int k = 0; k < V; ++k) {
             W d = v[p][k] - mean;
-            W o = d * inv * (W)to_f64(sc.v[k]);
-            if (bias) o = o + (W)to_f64(b.v[k]);
-            out.v[k] = round_from64<T>(to_f64(o));
+            W o = d * inv * to_f32(sc.v[k]);
+            if (bias) o = o + to_f32(b.v[k]);
+            out.v[k] = round_from32<T>(o);     // o is a float: the same single rounding
         }
         yv[j] = out;
     }
