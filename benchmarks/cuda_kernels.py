@@ -690,12 +690,51 @@ def bench_launch(b: Bench) -> list[Row]:
                             "x" if name != ways[0][0] else "", "", None,
                             f"time = {calls} launches + 1 sync (host); median "
                             f"{med / calls * 1e6:.2f} µs/launch; x = tuple path's time / this"))
+        rows += core_vs_ours(b, stream, int(y.ptr), calls)
         verdict = min(times, key=lambda k: times[k][0])
         progress(f"[5]   cheapest launch: {verdict}; runtime default: {default} "
                  f"(ONNX_EP_LAUNCH={os.environ.get('ONNX_EP_LAUNCH', '')!r})")
     finally:
         step.close()
     return rows
+
+
+def core_vs_ours(b: Bench, stream: Any, ptr: int, calls: int) -> list[Row]:
+    """``cuda.core.launch`` of testing.cu's ``fill_f32`` against our prebuilt launch of the
+    same kernel (the issue asks to measure cuda.core against raw driver calls)."""
+    from onnx_ep.providers.cuda import nvrtc
+
+    rt = b.runtime
+    fn = nvrtc.get_function("testing", "fill_f32", b.device)
+    ours = rt.prepare(fn, (1, 1, 1), (32, 1, 1),
+                      [(ptr, rt.PTR), (1.0, rt.F32), (1, rt.I64)], stream, path="bindings")
+    ways: list[tuple[str, Callable[[], None]]] = [("ours (void*[] via bindings)", ours)]
+    try:
+        import cuda.core as cc
+
+        kernel = cc.Kernel.from_handle(int(fn.handle))
+        cstream = cc.Stream.from_handle(int(stream.handle))
+        config = cc.LaunchConfig(grid=1, block=32)
+        cargs = (ctypes.c_void_p(ptr), np.float32(1.0), np.int64(1))
+        ways.append(("cuda.core.launch", lambda: cc.launch(cstream, config, kernel, *cargs)))
+    except Exception as exc:  # report, do not lose the section
+        progress(f"[5]   cuda.core.launch unavailable: {type(exc).__name__}: {exc}")
+    times = {}
+    for name, once in ways:
+        def loop(once: Callable[[], None] = once) -> None:
+            for _ in range(calls):
+                once()
+            stream.synchronize()
+
+        loop()
+        times[name] = measure(loop, b.args.repeat, b.args.min_time)
+    base = times[ways[0][0]][0]
+    return [Row(5, f"fill_f32 launch, {name}", best * 1e3, best / calls * 1e6, "µs/launch",
+                "ours" if name != ways[0][0] else "", best / base if name != ways[0][0]
+                else None, "x" if name != ways[0][0] else "", "", None,
+                f"time = {calls} launches + 1 sync (host); median {med / calls * 1e6:.2f} "
+                f"µs/launch; x = this / ours")
+            for name, (best, med) in times.items()]
 
 
 # ---------------------------------------------------------------- 6. kernel cache
