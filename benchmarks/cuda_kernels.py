@@ -715,7 +715,8 @@ def core_vs_ours(b: Bench, stream: Any, ptr: int, calls: int) -> list[Row]:
         kernel = cc.Kernel.from_handle(int(fn.handle))
         cstream = cc.Stream.from_handle(int(stream.handle))
         config = cc.LaunchConfig(grid=1, block=32)
-        cargs = (ctypes.c_void_p(ptr), np.float32(1.0), np.int64(1))
+        cargs = (np.uint64(ptr), np.float32(1.0), np.int64(1))
+        cc.launch(cstream, config, kernel, *cargs)       # fails here, not while timed
         ways.append(("cuda.core.launch", lambda: cc.launch(cstream, config, kernel, *cargs)))
     except Exception as exc:  # report, do not lose the section
         progress(f"[5]   cuda.core.launch unavailable: {type(exc).__name__}: {exc}")
@@ -986,6 +987,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="seconds past --budget before the watchdog prints the table so far "
                          "and exits with status 3 (5)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of markdown")
+    ap.add_argument("--fast-values", type=int, default=None,
+                    help="tuning: values per thread the fast Softmax/LayerNorm kernels aim "
+                         "for (softmax.FAST_VALUES, default 16; no recompile needed)")
     ap.add_argument("--cache-child", action="store_true", help=argparse.SUPPRESS)
     return ap
 
@@ -1005,6 +1009,11 @@ def main(argv: list[str] | None = None) -> int:
               f"This benchmark needs an NVIDIA GPU with the CUDA driver and cuda-bindings "
               f"(pip install 'onnx-ep[cuda]'); nothing was measured.", file=sys.stderr)
         return 2
+    if args.fast_values is not None:
+        from onnx_ep.providers.cuda.kernels import softmax
+
+        softmax.FAST_VALUES = args.fast_values
+        progress(f"softmax.FAST_VALUES = {args.fast_values}")
     t_start = time.perf_counter()
     want = set(args.sections)
     budget = Budget(args.budget, args.grace, sorted(want))
