@@ -279,14 +279,15 @@ __device__ __forceinline__ void softmax_fast(const T* __restrict__ x, T* __restr
     const long long nv = cols / V;
     const VT* xv = reinterpret_cast<const VT*>(x + (active ? row : 0) * cols);
     VT* yv = reinterpret_cast<VT*>(y + (active ? row : 0) * cols);
-    // the row stays in registers as loaded (T): float16/bfloat16 rows take half the
-    // registers of floats, so twice the rows are in flight per SM
-    VT q[P];
+    float v[P][V];
     float m = -inf32();
     EP_FAST_PACKS(P) {
-        q[p] = xv[EP_FAST_J(p)];
+        VT q = xv[EP_FAST_J(p)];
 #pragma unroll
-        for (int k = 0; k < V; ++k) m = fmaxf(m, to_f32(q[p].v[k]));
+        for (int k = 0; k < V; ++k) {
+            v[p][k] = to_f32(q.v[k]);
+            m = fmaxf(m, v[p][k]);
+        }
     }
     m = row_reduce<MaxF32>(m, shf);
     const bool fin = isfinite(m);
@@ -296,13 +297,12 @@ __device__ __forceinline__ void softmax_fast(const T* __restrict__ x, T* __restr
     EP_FAST_PACKS(P) {
 #pragma unroll
         for (int k = 0; k < V; ++k) {
-            const float xk = to_f32(q[p].v[k]);
             if (fin) {
-                const float e = expf(xk - shift);
-                if constexpr (!LOG && sizeof(T) == 4) q[p].v[k] = e;   // kept for the output
+                const float e = expf(v[p][k] - shift);
+                if (!LOG) v[p][k] = e;
                 part_add<T>(es, ec, e);
             } else {
-                sd += exp_slow((double)xk);
+                sd += exp_slow((double)v[p][k]);
             }
         }
     }
@@ -313,15 +313,9 @@ __device__ __forceinline__ void softmax_fast(const T* __restrict__ x, T* __restr
         VT out;
 #pragma unroll
         for (int k = 0; k < V; ++k) {
-            const float xk = to_f32(q[p].v[k]);   // float32 rows: exp(x - max) already
-            if (LOG) {
-                out.v[k] = round_from64<T>(((double)xk - (double)shift) - ls);
-            } else if (fin) {
-                const float e = sizeof(T) == 4 ? xk : expf(xk - shift);  // same value again
-                out.v[k] = round_from32<T>(e * inv);
-            } else {
-                out.v[k] = round_from64<T>(exp_slow((double)xk) / s);
-            }
+            if (LOG) out.v[k] = round_from64<T>(((double)v[p][k] - (double)shift) - ls);
+            else if (fin) out.v[k] = round_from32<T>(v[p][k] * inv);
+            else out.v[k] = round_from64<T>(exp_slow((double)v[p][k]) / s);
         }
         yv[EP_FAST_J(p)] = out;
     }
@@ -343,12 +337,15 @@ __device__ __forceinline__ void norm_fast(const T* __restrict__ x, const T* __re
     VT* yv = reinterpret_cast<VT*>(y + (active ? row : 0) * cols);
     const W eps_w = (W)eps;
     const double n = (double)cols;
-    VT q[P];                                   // the row as loaded (see softmax_fast)
+    W v[P][V];
     float ms = 0.0f, mc = 0.0f;
     EP_FAST_PACKS(P) {
-        q[p] = xv[EP_FAST_J(p)];
+        VT q = xv[EP_FAST_J(p)];
 #pragma unroll
-        for (int k = 0; k < V; ++k) part_add<T>(ms, mc, to_f32(q[p].v[k]));
+        for (int k = 0; k < V; ++k) {
+            v[p][k] = to_f32(q.v[k]);
+            part_add<T>(ms, mc, v[p][k]);
+        }
     }
     W mean = (W)0;
     if (!RMS) mean = round_from64<W>(row_reduce<SumF64>(part_value<T>(ms, mc), shd) / n);
@@ -357,7 +354,7 @@ __device__ __forceinline__ void norm_fast(const T* __restrict__ x, const T* __re
     EP_FAST_PACKS(P) {
 #pragma unroll
         for (int k = 0; k < V; ++k) {
-            W d = to_f32(q[p].v[k]) - mean;
+            W d = v[p][k] - mean;
             part_add<T>(vs, vc, d * d);
         }
     }
@@ -371,7 +368,7 @@ __device__ __forceinline__ void norm_fast(const T* __restrict__ x, const T* __re
         if (bias) b = bv[j];
 #pragma unroll
         for (int k = 0; k < V; ++k) {
-            W d = to_f32(q[p].v[k]) - mean;
+            W d = v[p][k] - mean;
             W o = d * inv * to_f32(sc.v[k]);
             if (bias) o = o + to_f32(b.v[k]);
             out.v[k] = round_from32<T>(o);     // o is a float: the same single rounding

@@ -80,18 +80,16 @@ def vector_width(itemsize: int, cols: int, ptrs: tuple[int, ...]) -> int:
     return 1
 
 
-def fast_geometry(cols: int, v: int, itemsize: int = 4) -> tuple[int, int] | None:
+def fast_geometry(cols: int, v: int) -> tuple[int, int] | None:
     """``(threads per row, packs per thread)`` of the fast row kernels for rows of ``cols``
     elements loaded ``v`` at a time, or ``None`` when a row does not fit in registers.
 
     Threads per row: the smallest power of two >= 32 (a warp) giving each thread at most
-    :data:`FAST_VALUES` values' worth of 4-byte registers (twice as many values of a 2-byte
-    ``itemsize``, which the kernels keep as loaded; at most ``8 * v``), up to 1024; packs per
-    thread: the smallest of :data:`FAST_PACKS` covering the row.
+    :data:`FAST_VALUES` values (``8 * v`` for narrow packs), up to 1024; packs per thread: the
+    smallest of :data:`FAST_PACKS` covering the row.
     """
     nv = cols // v
-    # rows stay in registers as loaded: 2-byte types fit twice the values in the same space
-    target = min(FAST_VALUES * 4 // max(itemsize, 1), FAST_PACKS[-1] * v)
+    target = min(FAST_VALUES, FAST_PACKS[-1] * v)
     threads = 32
     while threads < FAST_MAX_THREADS and threads * target < cols:
         threads *= 2
@@ -107,7 +105,7 @@ def fast_launch(outer: int, cols: int, v: int, dtype: Any
     or ``None`` (float64, or rows that do not fit): the multi-pass kernels run instead."""
     if np.dtype(dtype) == np.float64:
         return None
-    geo = fast_geometry(cols, v, np.dtype(dtype).itemsize)
+    geo = fast_geometry(cols, v)
     if geo is None:
         return None
     threads, packs = geo
