@@ -868,10 +868,12 @@ def bench_cache(b: Bench, cache_root: str, budget: Budget | None = None) -> list
 
 
 def machine(b: Bench | None) -> dict[str, str]:
+    # ONNX_EP_COMMIT names the commit of a tree copied without its own .git (a GPU machine)
+    commit = os.environ.get("ONNX_EP_COMMIT", "")
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, check=True,
-                                cwd=Path(__file__).resolve().parent).stdout.strip()
+        commit = commit or subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+            check=True, cwd=Path(__file__).resolve().parent).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         commit = "unknown"
     info = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
