@@ -95,6 +95,17 @@ def _input(inputs: Any, i: int) -> Any:
     return inputs[i] if len(inputs) > i else None
 
 
+def _elementwise_indices(meta: NodeMeta) -> Support:
+    """GatherElements/ScatterElements: indices as deep as the data, a valid axis."""
+    x, idx = meta.inputs[0], meta.inputs[1]
+    if len(idx.shape) != len(x.shape) or not x.shape:
+        return Support.no(f"indices rank {len(idx.shape)} must equal data rank "
+                          f"{len(x.shape)} (>= 1)")
+    if normalize_axis(int(meta.attr("axis", 0)), len(x.shape)) is None:
+        return Support.no(f"axis {meta.attr('axis', 0)} is out of range")
+    return Support.YES
+
+
 class _Indexing(CudaKernel):
     source = "indexing"
 
@@ -107,6 +118,21 @@ class _Indexing(CudaKernel):
         if len(spec.shape) > MAX_DIMS:
             return Support.no(f"{what} rank {len(spec.shape)} > {MAX_DIMS}")
         return Support.YES
+
+    def _typed(self, meta: NodeMeta, allowed: frozenset[np.dtype], family: str) -> Support:
+        """The data input is sized and its dtype is one ``family``'s kernels instantiate."""
+        x = meta.inputs[0] if meta.inputs else None
+        s = self._sized(x)
+        if not s:
+            return s
+        if x.dtype not in allowed:
+            return Support.no(f"dtype {x.dtype} is not instantiated for {family}")
+        return Support.YES
+
+    def _launch(self, ctx: ExecutionContext, symbol: str, like: Any, n: int,
+                args: list[tuple[Any, Any]]) -> None:
+        """One grid-stride launch of ``symbol`` over ``n`` elements."""
+        launch(self.function(symbol, like), grid(n), (BLOCK, 1, 1), args, ctx.stream)
 
     def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
         x = meta.inputs[0]
@@ -210,10 +236,10 @@ class Pad(_Indexing):
         es = x.dtype.itemsize
         out = Geo.of(y.shape or [1], [0] * rank)
         ing = Geo.of(x.shape or [1], contiguous_strides(x.shape) or [1])
-        launch(self.function(f"pad_x{es}", x), grid(y.size), (BLOCK, 1, 1),
-               [(x.ptr, PTR), (y.ptr, PTR), struct_arg(out), struct_arg(ing), (pads_ptr, PTR),
-                struct_arg(attr), (axes_ptr, PTR), (axes64, I32), (k, I32), (cv_ptr, PTR),
-                (cbits, U64), (mode, I32), (y.size, I64)], ctx.stream)
+        self._launch(ctx, f"pad_x{es}", x, y.size, [
+            (x.ptr, PTR), (y.ptr, PTR), struct_arg(out), struct_arg(ing), (pads_ptr, PTR),
+            struct_arg(attr), (axes_ptr, PTR), (axes64, I32), (k, I32), (cv_ptr, PTR),
+            (cbits, U64), (mode, I32), (y.size, I64)])
 
 
 # ---------------------------------------------------------------- GatherElements
@@ -227,12 +253,7 @@ class GatherElements(_Indexing):
         idx = _input(meta.inputs, 1)
         if idx is None or idx.dtype not in INDEX_TYPES:
             return Support.no("indices must be int32 or int64")
-        if len(idx.shape) != len(x.shape) or not x.shape:
-            return Support.no(f"indices rank {len(idx.shape)} must equal data rank "
-                              f"{len(x.shape)} (>= 1)")
-        if normalize_axis(int(meta.attr("axis", 0)), len(x.shape)) is None:
-            return Support.no(f"axis {meta.attr('axis', 0)} is out of range")
-        return Support.YES
+        return _elementwise_indices(meta)
 
     def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
         return [TensorSpec(meta.inputs[0].dtype, meta.inputs[1].shape)]
@@ -243,22 +264,19 @@ class GatherElements(_Indexing):
             return
         a = normalize_axis(int(ctx.node.attr("axis", 0)), x.ndim)
         g = Geo.of(idx.shape, contiguous_strides(x.shape))
-        launch(self.function(f"gather_elements_x{x.dtype.itemsize}", x), grid(y.size),
-               (BLOCK, 1, 1),
-               [(x.ptr, PTR), (idx.ptr, PTR), (int(idx.dtype == np.int64), I32), (y.ptr, PTR),
-                struct_arg(g), (a, I32), (x.shape[a], I64), (y.size, I64)], ctx.stream)
+        self._launch(ctx, f"gather_elements_x{x.dtype.itemsize}", x, y.size, [
+            (x.ptr, PTR), (idx.ptr, PTR), (int(idx.dtype == np.int64), I32), (y.ptr, PTR),
+            struct_arg(g), (a, I32), (x.shape[a], I64), (y.size, I64)])
 
 
 # ---------------------------------------------------------------- scatters
 
 class _Scatter(_Indexing):
     def supports(self, meta: NodeMeta) -> Support:
-        x = meta.inputs[0] if meta.inputs else None
-        s = self._sized(x)
+        s = self._typed(meta, SCATTER_TYPES, "scatters")
         if not s:
             return s
-        if x.dtype not in SCATTER_TYPES:
-            return Support.no(f"dtype {x.dtype} is not instantiated for scatters")
+        x = meta.inputs[0]
         idx, upd = _input(meta.inputs, 1), _input(meta.inputs, 2)
         if idx is None or idx.dtype not in INDEX_TYPES:
             return Support.no("indices must be int32 or int64")
@@ -277,13 +295,7 @@ class _Scatter(_Indexing):
 
 class ScatterElements(_Scatter):
     def _shapes(self, meta: NodeMeta) -> Support:
-        x, idx = meta.inputs[0], meta.inputs[1]
-        if len(idx.shape) != len(x.shape) or not x.shape:
-            return Support.no(f"indices rank {len(idx.shape)} must equal data rank "
-                              f"{len(x.shape)} (>= 1)")
-        if normalize_axis(int(meta.attr("axis", 0)), len(x.shape)) is None:
-            return Support.no(f"axis {meta.attr('axis', 0)} is out of range")
-        return Support.YES
+        return _elementwise_indices(meta)
 
     def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
         x, idx, upd, y = inputs[0], inputs[1], inputs[2], outputs[0]
@@ -294,12 +306,11 @@ class ScatterElements(_Scatter):
                                  f"{idx.shape}")
         a = normalize_axis(int(ctx.node.attr("axis", 0)), x.ndim)
         red = REDUCTIONS[ctx.node.attr("reduction", "none")][0]
-        launch(self.function(f"scatter_elements_{_SUFFIX[x.dtype]}", x), grid(y.size),
-               (BLOCK, 1, 1),
-               [(x.ptr, PTR), (idx.ptr, PTR), (int(idx.dtype == np.int64), I32),
-                (upd.ptr, PTR), (y.ptr, PTR), struct_arg(Geo.of(x.shape, [0] * x.ndim)),
-                struct_arg(Geo.of(idx.shape, contiguous_strides(idx.shape))), (a, I32),
-                (red, I32), (y.size, I64)], ctx.stream)
+        self._launch(ctx, f"scatter_elements_{_SUFFIX[x.dtype]}", x, y.size, [
+            (x.ptr, PTR), (idx.ptr, PTR), (int(idx.dtype == np.int64), I32),
+            (upd.ptr, PTR), (y.ptr, PTR), struct_arg(Geo.of(x.shape, [0] * x.ndim)),
+            struct_arg(Geo.of(idx.shape, contiguous_strides(idx.shape))), (a, I32),
+            (red, I32), (y.size, I64)])
 
 
 class ScatterND(_Scatter):
@@ -324,12 +335,11 @@ class ScatterND(_Scatter):
                                  f"data.shape[{m}:] = {expected}")
         red = REDUCTIONS[ctx.node.attr("reduction", "none")][0]
         dims = list(x.shape[:m]) or [1]
-        launch(self.function(f"scatter_nd_{_SUFFIX[x.dtype]}", x), grid(y.size),
-               (BLOCK, 1, 1),
-               [(x.ptr, PTR), (idx.ptr, PTR), (int(idx.dtype == np.int64), I32),
-                (upd.ptr, PTR), (y.ptr, PTR), struct_arg(Geo.of(dims, [0] * len(dims))),
-                (m, I32), (prod(idx.shape[:-1]), I64), (prod(x.shape[m:]), I64), (red, I32),
-                (y.size, I64)], ctx.stream)
+        self._launch(ctx, f"scatter_nd_{_SUFFIX[x.dtype]}", x, y.size, [
+            (x.ptr, PTR), (idx.ptr, PTR), (int(idx.dtype == np.int64), I32),
+            (upd.ptr, PTR), (y.ptr, PTR), struct_arg(Geo.of(dims, [0] * len(dims))),
+            (m, I32), (prod(idx.shape[:-1]), I64), (prod(x.shape[m:]), I64), (red, I32),
+            (y.size, I64)])
 
 
 # ---------------------------------------------------------------- CumSum, CumProd
@@ -342,13 +352,10 @@ class Cumulative(_Indexing):
         self.product = product
 
     def supports(self, meta: NodeMeta) -> Support:
-        x = meta.inputs[0] if meta.inputs else None
-        s = self._sized(x)
+        s = self._typed(meta, SCAN_TYPES, self.key.op_type)
         if not s:
             return s
-        if x.dtype not in SCAN_TYPES:
-            return Support.no(f"dtype {x.dtype} is not instantiated for {self.key.op_type}")
-        if not x.shape:
+        if not meta.inputs[0].shape:
             return Support.no("input must have rank >= 1")
         axis = _input(meta.inputs, 1)
         if axis is None or axis.dtype not in INDEX_TYPES:
@@ -361,24 +368,21 @@ class Cumulative(_Indexing):
             return
         if axis.size != 1:
             raise self.fail(ctx, f"axis must hold one value, got shape {axis.shape}")
-        launch(self.function(f"cumulative_{_SUFFIX[x.dtype]}", x), grid(x.size),
-               (BLOCK, 1, 1),
-               [(x.ptr, PTR), (y.ptr, PTR), struct_arg(Geo.of(x.shape, [0] * x.ndim)),
-                (axis.ptr, PTR), (int(axis.dtype == np.int64), I32), (int(self.product), I32),
-                (int(bool(ctx.node.attr("exclusive", 0))), I32),
-                (int(bool(ctx.node.attr("reverse", 0))), I32), (x.size, I64)], ctx.stream)
+        self._launch(ctx, f"cumulative_{_SUFFIX[x.dtype]}", x, x.size, [
+            (x.ptr, PTR), (y.ptr, PTR), struct_arg(Geo.of(x.shape, [0] * x.ndim)),
+            (axis.ptr, PTR), (int(axis.dtype == np.int64), I32), (int(self.product), I32),
+            (int(bool(ctx.node.attr("exclusive", 0))), I32),
+            (int(bool(ctx.node.attr("reverse", 0))), I32), (x.size, I64)])
 
 
 # ---------------------------------------------------------------- TopK
 
 class TopK(_Indexing):
     def supports(self, meta: NodeMeta) -> Support:
-        x = meta.inputs[0] if meta.inputs else None
-        s = self._sized(x)
+        s = self._typed(meta, TOPK_TYPES, "TopK")
         if not s:
             return s
-        if x.dtype not in TOPK_TYPES:
-            return Support.no(f"dtype {x.dtype} is not instantiated for TopK")
+        x = meta.inputs[0]
         if normalize_axis(int(meta.attr("axis", -1)), len(x.shape)) is None:
             return Support.no(f"axis {meta.attr('axis', -1)} is out of range")
         if meta.opset < 10 and meta.attr("k") is None:
@@ -405,10 +409,10 @@ class TopK(_Indexing):
         dim = x.shape[a]
         if k > dim:
             raise self.fail(ctx, f"K={k} exceeds axis {a} of size {dim}")
-        launch(self.function(f"top_k_{_SUFFIX[x.dtype]}", x), grid(x.size), (BLOCK, 1, 1),
-               [(x.ptr, PTR), (vals.ptr, PTR), (ind.ptr, PTR), (prod(x.shape[:a]), I64),
-                (dim, I64), (prod(x.shape[a + 1:]), I64), (k, I64),
-                (int(bool(ctx.node.attr("largest", 1))), I32)], ctx.stream)
+        self._launch(ctx, f"top_k_{_SUFFIX[x.dtype]}", x, x.size, [
+            (x.ptr, PTR), (vals.ptr, PTR), (ind.ptr, PTR), (prod(x.shape[:a]), I64),
+            (dim, I64), (prod(x.shape[a + 1:]), I64), (k, I64),
+            (int(bool(ctx.node.attr("largest", 1))), I32)])
 
 
 # ---------------------------------------------------------------- Dropout
@@ -444,8 +448,8 @@ class Dropout(_Indexing):
         if mask is None or mask.size == 0:
             return
         es = mask.dtype.itemsize
-        launch(self.function(f"fill_x{es}", mask), grid(mask.size), (BLOCK, 1, 1),
-               [(mask.ptr, PTR), (bits_of(1, mask.dtype), U64), (mask.size, I64)], ctx.stream)
+        self._launch(ctx, f"fill_x{es}", mask, mask.size, [
+            (mask.ptr, PTR), (bits_of(1, mask.dtype), U64), (mask.size, I64)])
 
 
 # ---------------------------------------------------------------- ReverseSequence
@@ -477,10 +481,9 @@ class ReverseSequence(_Indexing):
             raise self.fail(ctx, f"sequence_lens has {lens.size} entries for a batch of "
                                  f"{x.shape[b_axis]}")
         dims = [x.shape[0], x.shape[1], prod(x.shape[2:])]
-        launch(self.function(f"reverse_sequence_x{x.dtype.itemsize}", x), grid(y.size),
-               (BLOCK, 1, 1),
-               [(x.ptr, PTR), (y.ptr, PTR), (lens.ptr, PTR), (t_axis, I32),
-                struct_arg(Geo.of(dims, [0, 0, 0])), (y.size, I64)], ctx.stream)
+        self._launch(ctx, f"reverse_sequence_x{x.dtype.itemsize}", x, y.size, [
+            (x.ptr, PTR), (y.ptr, PTR), (lens.ptr, PTR), (t_axis, I32),
+            struct_arg(Geo.of(dims, [0, 0, 0])), (y.size, I64)])
 
 
 # ---------------------------------------------------------------- DepthToSpace, SpaceToDepth
