@@ -25,19 +25,18 @@ import onnx
 
 from onnx_ep.core.dtypes import np_dtype
 from onnx_ep.core.kernel import (
-    CaptureSupport,
     ExecutionContext,
     NodeMeta,
     OpKey,
     Parity,
     Support,
     TensorSpec,
-    WorkspaceRequirement,
 )
 from onnx_ep.providers.cuda.kernels import elementwise
 from onnx_ep.providers.cuda.kernels.elementwise import (
     BoundLaunch,
-    _numel,
+    BoundRow,
+    LaunchOnly,
     flat_geometry,
     launch_geometry,
 )
@@ -100,42 +99,25 @@ class _BoundCast(BoundLaunch):
                            and np.dtype(dst) in elementwise.DTYPES else None)
         self.saturate = int(bool(saturate))
         self.round_mode = ROUND_MODES[round_mode]
-        #: prebuilt launches by (stream, input and output pointers, shape)
-        self._launches: dict[tuple[Any, ...], Any] = {}
 
-    def __repr__(self) -> str:
-        return f"Cast({self.key}, {self.symbol})"
+    def launch_key(self, stream: Any, inputs: Sequence[Any], y: Any) -> tuple[Any, ...]:
+        """The stream, input and output pointers and the shape."""
+        return (stream, inputs[0].ptr, y.ptr, y.shape)
 
-    def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
-                               outputs: list[Any], workspace: Any) -> None:
-        # steady state: one dict lookup and one driver call (a plan's pointers are fixed)
-        x, y = inputs[0], outputs[0]
-        key = (ctx.stream, x.ptr, y.ptr, y.shape)
-        rec = self._launches.get(key)
-        if rec is None:
-            rec = self.prepare(ctx.stream, x, y, key)
-        rec()
-
-    def prepare(self, stream: Any, x: Any, y: Any, key: tuple[Any, ...]) -> Any:
-        """Build (and remember under ``key``) the launch casting ``x`` into ``y``."""
-        from onnx_ep.providers.cuda import runtime
-
-        n = _numel(y.shape)
-        if n == 0:
-            return runtime.remember(self._launches, key, runtime.no_launch,
-                                    runtime.LAUNCHES_PER_NODE)
+    def geometry(self, n: int, inputs: Sequence[Any], y: Any
+                 ) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
         flat = None if self.flat_sizes is None else flat_geometry(
-            n, [(x.ptr, self.flat_sizes[0], False)], (y.ptr, self.flat_sizes[1]),
+            n, [(inputs[0].ptr, self.flat_sizes[0], False)], (y.ptr, self.flat_sizes[1]),
             lambda: self.wave(y.device))
-        grid, block = flat if flat is not None else launch_geometry(n)
-        rec = runtime.prepare(self.function(y.device), grid, block,
-                              [(int(x.ptr), ctypes.c_void_p), (int(y.ptr), ctypes.c_void_p),
-                               (n, ctypes.c_int64), (self.saturate, ctypes.c_int),
-                               (self.round_mode, ctypes.c_int)], stream)
-        return runtime.remember(self._launches, key, rec, runtime.LAUNCHES_PER_NODE)
+        return flat if flat is not None else launch_geometry(n)
+
+    def arguments(self, n: int, inputs: Sequence[Any], y: Any) -> list[tuple[Any, Any]]:
+        return [(int(inputs[0].ptr), ctypes.c_void_p), (int(y.ptr), ctypes.c_void_p),
+                (n, ctypes.c_int64), (self.saturate, ctypes.c_int),
+                (self.round_mode, ctypes.c_int)]
 
 
-class Cast:
+class Cast(BoundRow):
     """Cast (target from attribute ``to``) or CastLike (target = dtype of input 1)."""
 
     def __init__(self, op_type: str, since: int) -> None:
@@ -185,16 +167,6 @@ class Cast:
                           saturate=bool(int(meta.attr("saturate", 1))),
                           round_mode=_attr_str(meta.attr("round_mode", "up")))
 
-    def capture_support(self) -> CaptureSupport:
-        return CaptureSupport.SUPPORTED
-
-    def workspace_requirement(self, meta: NodeMeta) -> WorkspaceRequirement:
-        return WorkspaceRequirement.NONE
-
-    def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
-                               outputs: list[Any], workspace: Any) -> None:
-        self.bind(ctx.node).execute_with_workspace(ctx, inputs, outputs, workspace)
-
 
 #: bits per element of the types BitCast may reinterpret (ONNX widths, not itemsizes)
 _SUB_BYTE_BITS = {np.dtype(ml_dtypes.int4): 4, np.dtype(ml_dtypes.uint4): 4,
@@ -206,7 +178,7 @@ def _bits(dt: np.dtype) -> int:
     return _SUB_BYTE_BITS.get(np.dtype(dt), np.dtype(dt).itemsize * 8)
 
 
-class BitCast:
+class BitCast(LaunchOnly):
     """BitCast: output 0 is a view of input 0's bytes as ``to`` (equal bit widths; no
     launch). Sub-byte types keep their value in a byte's low bits, so equal widths mean
     equal bytes, as in cpu_reference (which masks to the width: a no-op on such bytes)."""
@@ -237,12 +209,6 @@ class BitCast:
         dst = target_dtype(meta.attr("to"))
         assert x is not None and dst is not None
         return [TensorSpec(dst, x.shape)]
-
-    def capture_support(self) -> CaptureSupport:
-        return CaptureSupport.SUPPORTED
-
-    def workspace_requirement(self, meta: NodeMeta) -> WorkspaceRequirement:
-        return WorkspaceRequirement.NONE
 
     def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
                                outputs: list[Any], workspace: Any) -> None:

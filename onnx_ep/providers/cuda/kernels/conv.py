@@ -157,7 +157,33 @@ def _sizes(geometry: ConvGeometry) -> ConvWorkspace:
     return conv_workspace(geometry, gemm)
 
 
-class Conv(FloatKernel):
+class _GeometryKernel(FloatKernel):
+    """A kernel whose output shape is its :meth:`geometry` of X's and W's shapes."""
+
+    def geometry(self, meta: NodeMeta, x: Sequence[int], w: Sequence[int]) -> Any:
+        """THE geometry (an object with ``out_shape``); :raises NodeError: invalid."""
+        raise NotImplementedError
+
+    def static_geometry(self, meta: NodeMeta) -> Any:
+        """:meth:`geometry` of the static X and W shapes, ``None`` where either is dynamic."""
+        sx, sw = static_shape(meta.inputs[0]), static_shape(meta.inputs[1])
+        return None if sx is None or sw is None else self.geometry(meta, sx, sw)
+
+    def check_geometry(self, meta: NodeMeta) -> Support:
+        try:
+            self.static_geometry(meta)
+        except NodeError as e:
+            return Support.no(e.detail)
+        return Support.YES
+
+    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
+        g = self.static_geometry(meta)
+        if g is None:
+            return [None]
+        return [TensorSpec(meta.inputs[0].dtype, g.out_shape)]
+
+
+class Conv(_GeometryKernel):
     """Y = W (*) X + B via im2col + cuBLASLt, per image, batched over groups."""
 
     def __init__(self) -> None:
@@ -171,20 +197,10 @@ class Conv(FloatKernel):
         rank = len(meta.inputs[0].shape)
         if rank not in (3, 4):
             return Support.no(f"X of rank {rank}: the cuda Conv runs 1-D and 2-D only")
-        sx, sw = static_shape(meta.inputs[0]), static_shape(meta.inputs[1])
-        if sx is not None and sw is not None:
-            try:
-                conv_geometry(meta, sx, sw, meta.inputs[0].dtype)
-            except NodeError as e:
-                return Support.no(e.detail)
-        return Support.YES
+        return self.check_geometry(meta)
 
-    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
-        sx, sw = static_shape(meta.inputs[0]), static_shape(meta.inputs[1])
-        if sx is None or sw is None:
-            return [None]
-        g = conv_geometry(meta, sx, sw, meta.inputs[0].dtype)
-        return [TensorSpec(meta.inputs[0].dtype, g.out_shape)]
+    def geometry(self, meta: NodeMeta, x: Sequence[int], w: Sequence[int]) -> ConvGeometry:
+        return conv_geometry(meta, x, w, meta.inputs[0].dtype)
 
     def workspace_requirement(self, meta: NodeMeta) -> WorkspaceRequirement:
         def size() -> WorkspaceRequirement:
@@ -346,7 +362,7 @@ def conv_transpose_geometry(meta: NodeMeta, x: Sequence[int],
     return ConvTransposeGeometry(n, c, m, groups, axes, (n, m) + tuple(out))
 
 
-class ConvTranspose(FloatKernel):
+class ConvTranspose(_GeometryKernel):
     """Direct loop (conv.cu's conv_transpose), 1-3 spatial dims, grouped, dilated."""
 
     def __init__(self) -> None:
@@ -357,20 +373,11 @@ class ConvTranspose(FloatKernel):
             return Support.no("ConvTranspose needs X and W")
         if not 3 <= len(meta.inputs[0].shape) <= 5:
             return Support.no(f"X of rank {len(meta.inputs[0].shape)}: needs rank 3, 4 or 5")
-        sx, sw = static_shape(meta.inputs[0]), static_shape(meta.inputs[1])
-        if sx is not None and sw is not None:
-            try:
-                conv_transpose_geometry(meta, sx, sw)
-            except NodeError as e:
-                return Support.no(e.detail)
-        return Support.YES
+        return self.check_geometry(meta)
 
-    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
-        sx, sw = static_shape(meta.inputs[0]), static_shape(meta.inputs[1])
-        if sx is None or sw is None:
-            return [None]
-        g = conv_transpose_geometry(meta, sx, sw)
-        return [TensorSpec(meta.inputs[0].dtype, g.out_shape)]
+    def geometry(self, meta: NodeMeta, x: Sequence[int],
+                 w: Sequence[int]) -> ConvTransposeGeometry:
+        return conv_transpose_geometry(meta, x, w)
 
     def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
                                outputs: list[Any], workspace: WorkspaceView | None) -> None:

@@ -228,11 +228,36 @@ def flat_geometry(n: int, operands: Sequence[tuple[int, int, bool]], out: tuple[
     return (blocks, 1, 1), (BLOCK, 1, 1)
 
 
-class BoundLaunch:
+class LaunchOnly:
+    """The protocol answers of a kernel that only launches or copies: capture-safe, no
+    workspace."""
+
+    def capture_support(self) -> CaptureSupport:
+        return CaptureSupport.SUPPORTED
+
+    def workspace_requirement(self, meta: NodeMeta) -> WorkspaceRequirement:
+        return WorkspaceRequirement.NONE
+
+
+class BoundRow(LaunchOnly):
+    """A family table row whose nodes run through ``self.bind(meta)``.
+
+    The executor runs the bound node; an unbound row is not run by it, and
+    ``execute_with_workspace`` binds on each call only to keep the row a complete Kernel.
+    """
+
+    def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
+                               outputs: list[Any], workspace: Any) -> None:
+        self.bind(ctx.node).execute_with_workspace(  # type: ignore[attr-defined]
+            ctx, inputs, outputs, workspace)
+
+
+class BoundLaunch(LaunchOnly):
     """A node bound to one compiled symbol of ``kernels/<SOURCE>.cu``: launch only.
 
-    The protocol's bookkeeping that every bound elementwise/cast node shares; subclasses
-    write ``execute_with_workspace``. Capture-safe: it never allocates or synchronizes.
+    The protocol's bookkeeping that every bound elementwise/cast node shares, and the
+    prebuilt-launch cache: subclasses write :meth:`launch_key`, :meth:`geometry` and
+    :meth:`arguments`. Capture-safe: it never allocates or synchronizes.
     """
 
     source = SOURCE
@@ -244,18 +269,50 @@ class BoundLaunch:
         self.symbol = symbol
         self._functions: dict[int, Any] = {}
         self._waves: dict[int, int] = {}
+        #: prebuilt launches by :meth:`launch_key`
+        self._launches: dict[tuple[Any, ...], Any] = {}
 
     def __repr__(self) -> str:
         return f"{type(self.row).__name__}({self.key}, {self.symbol})"
 
-    def capture_support(self) -> CaptureSupport:
-        return CaptureSupport.SUPPORTED
-
-    def workspace_requirement(self, meta: NodeMeta) -> WorkspaceRequirement:
-        return WorkspaceRequirement.NONE
-
     def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec]:
         return self.row.infer_outputs(meta)
+
+    def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
+                               outputs: list[Any], workspace: Any) -> None:
+        # steady state: one dict lookup and one driver call (a plan's pointers are fixed)
+        y = outputs[0]
+        key = self.launch_key(ctx.stream, inputs, y)
+        rec = self._launches.get(key)
+        if rec is None:
+            rec = self.prepare(ctx.stream, inputs, y, key)
+        rec()
+
+    def launch_key(self, stream: Any, inputs: Sequence[Any], y: Any) -> tuple[Any, ...]:
+        """What fixes the launch writing ``y`` from ``inputs`` on ``stream``."""
+        raise NotImplementedError
+
+    def geometry(self, n: int, inputs: Sequence[Any], y: Any
+                 ) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+        """Grid and block of the launch writing the ``n`` elements of ``y``."""
+        raise NotImplementedError
+
+    def arguments(self, n: int, inputs: Sequence[Any], y: Any) -> list[tuple[Any, Any]]:
+        """The kernel's ``(value, ctypes type)`` arguments (type ``None``: a struct by value)."""
+        raise NotImplementedError
+
+    def prepare(self, stream: Any, inputs: Sequence[Any], y: Any, key: tuple[Any, ...]) -> Any:
+        """Build (and remember under ``key``) the launch writing ``y`` from ``inputs``."""
+        from onnx_ep.providers.cuda import runtime
+
+        n = _numel(y.shape)
+        if n == 0:
+            return runtime.remember(self._launches, key, runtime.no_launch,
+                                    runtime.LAUNCHES_PER_NODE)
+        grid, block = self.geometry(n, inputs, y)
+        args = self.arguments(n, inputs, y)
+        rec = runtime.prepare(self.function(y.device), grid, block, args, stream)
+        return runtime.remember(self._launches, key, rec, runtime.LAUNCHES_PER_NODE)
 
     def function(self, ordinal: int) -> Any:
         fn = self._functions.get(ordinal)
@@ -291,8 +348,6 @@ class _Bound(BoundLaunch):
         super().__init__(row, symbol)
         self.scalars = scalars
         self._layouts: dict[tuple[tuple[int, ...], ...], Bcast] = {}
-        #: prebuilt launches by (stream, output and input pointers and shapes)
-        self._launches: dict[tuple[Any, ...], Any] = {}
 
     def layout(self, out_shape: tuple[int, ...], shapes: tuple[tuple[int, ...], ...]) -> Bcast:
         key = (out_shape, *shapes)
@@ -303,34 +358,19 @@ class _Bound(BoundLaunch):
             bc = self._layouts[key] = make_bcast(broadcast_layout(out_shape, shapes))
         return bc
 
-    def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
-                               outputs: list[Any], workspace: Any) -> None:
-        # steady state: one dict lookup and one driver call (a plan's pointers are fixed)
-        y = outputs[0]
+    def launch_key(self, stream: Any, inputs: Sequence[Any], y: Any) -> tuple[Any, ...]:
+        """The stream, output and input pointers and shapes."""
         n_in = len(inputs)
         if n_in == 2:
             a, b = inputs
-            key: tuple[Any, ...] = (ctx.stream, y.ptr, y.shape, a.ptr, a.shape, b.ptr, b.shape)
-        elif n_in == 1:
+            return (stream, y.ptr, y.shape, a.ptr, a.shape, b.ptr, b.shape)
+        if n_in == 1:
             a = inputs[0]
-            key = (ctx.stream, y.ptr, y.shape, a.ptr, a.shape)
-        else:
-            key = (ctx.stream, y.ptr, y.shape,
-                   *[None if t is None else (t.ptr, t.shape) for t in inputs])
-        rec = self._launches.get(key)
-        if rec is None:
-            rec = self.prepare(ctx.stream, inputs, y, key)
-        rec()
+            return (stream, y.ptr, y.shape, a.ptr, a.shape)
+        return (stream, y.ptr, y.shape,
+                *[None if t is None else (t.ptr, t.shape) for t in inputs])
 
-    def prepare(self, stream: Any, inputs: Sequence[Any], y: Any, key: tuple[Any, ...]) -> Any:
-        """Build (and remember under ``key``) the launch writing ``y`` from ``inputs``."""
-        from onnx_ep.providers.cuda import runtime
-
-        n = _numel(y.shape)
-        if n == 0:
-            return runtime.remember(self._launches, key, runtime.no_launch,
-                                    runtime.LAUNCHES_PER_NODE)
-        grid, block = self.geometry(n, inputs, y)
+    def arguments(self, n: int, inputs: Sequence[Any], y: Any) -> list[tuple[Any, Any]]:
         if self.row.family == "clip":  # (x, lo or null, hi or null, y, n, lo, hi)
             ptrs = [(int(inputs[k].ptr) if k < len(inputs) and inputs[k] is not None else 0,
                      ctypes.c_void_p) for k in range(3)]
@@ -342,8 +382,7 @@ class _Bound(BoundLaunch):
         else:
             shapes = tuple(tuple(t.shape) for t in inputs)
             args.append((self.layout(tuple(y.shape), shapes), None))  # struct by value
-        rec = runtime.prepare(self.function(y.device), grid, block, args, stream)
-        return runtime.remember(self._launches, key, rec, runtime.LAUNCHES_PER_NODE)
+        return args
 
     def geometry(self, n: int, inputs: Sequence[Any], y: Any
                  ) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
@@ -375,7 +414,7 @@ class _Bound(BoundLaunch):
 # ---------------------------------------------------------------- unary
 
 
-class Unary:
+class Unary(BoundRow):
     """``y = f(x)``, one instance per table row.
 
     :param symbol: the kernel name in elementwise.cu without the dtype suffix.
@@ -430,16 +469,6 @@ class Unary:
             bound.parity = gelu_tanh_parity(dtype)
         return bound
 
-    # an unbound row is not run by the executor; these keep it a complete Kernel
-    def capture_support(self) -> CaptureSupport:
-        return CaptureSupport.SUPPORTED
-
-    def workspace_requirement(self, meta: NodeMeta) -> WorkspaceRequirement:
-        return WorkspaceRequirement.NONE
-
-    def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
-                               outputs: list[Any], workspace: Any) -> None:
-        self.bind(ctx.node).execute_with_workspace(ctx, inputs, outputs, workspace)
 
 
 #: |0.5 * x * (tanh_cuda(u) - tanh_ref(u))| for the |x| < 8 where 1 + tanh(u) is not 0:
@@ -513,7 +542,7 @@ _UNARY: list[Unary] = [
 # ---------------------------------------------------------------- binary
 
 
-class Binary:
+class Binary(BoundRow):
     """``y = a op b`` with numpy broadcasting of up to 6 dims; one instance per row.
 
     :param out_bool: the result is bool (comparisons, logic) rather than the input dtype.
@@ -562,16 +591,6 @@ class Binary:
         if self.key.op_type == "Mod" and int(meta.attr("fmod", 0)) == 1:
             symbol = "fmod"
         return _Bound(self, f"{symbol}_{suffix(meta.inputs[0].dtype)}")  # type: ignore[union-attr]
-
-    def capture_support(self) -> CaptureSupport:
-        return CaptureSupport.SUPPORTED
-
-    def workspace_requirement(self, meta: NodeMeta) -> WorkspaceRequirement:
-        return WorkspaceRequirement.NONE
-
-    def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
-                               outputs: list[Any], workspace: Any) -> None:
-        self.bind(ctx.node).execute_with_workspace(ctx, inputs, outputs, workspace)
 
 
 def _check_broadcast(*shapes: Sequence[Any]) -> Support:
@@ -688,7 +707,7 @@ _BINARY: list[Binary] = [
 # ---------------------------------------------------------------- variadic
 
 
-class Variadic:
+class Variadic(BoundRow):
     """Sum / Mean / Max / Min of one or more inputs with numpy broadcasting.
 
     Folded left to right as cpu_reference folds them: ``y = x0 op x1``, then ``y = y op xk``
@@ -745,18 +764,8 @@ class Variadic:
             divide = _Bound(self.divide, f"div_by_{suffix(dtype)}", (count, 0.0))
         return _BoundVariadic(self, pair, divide)
 
-    def capture_support(self) -> CaptureSupport:
-        return CaptureSupport.SUPPORTED
 
-    def workspace_requirement(self, meta: NodeMeta) -> WorkspaceRequirement:
-        return WorkspaceRequirement.NONE
-
-    def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
-                               outputs: list[Any], workspace: Any) -> None:
-        self.bind(ctx.node).execute_with_workspace(ctx, inputs, outputs, workspace)
-
-
-class _BoundVariadic:
+class _BoundVariadic(LaunchOnly):
     """A Variadic node: a chain of launches of one bound binary step (and Mean's division)
     into the output. Launches and device copies only (capture-safe). The planner never
     places an output over a live input, so stepping ``y = y op xk`` in place is safe: each
@@ -771,12 +780,6 @@ class _BoundVariadic:
 
     def __repr__(self) -> str:
         return f"Variadic({self.key}, {self.pair.symbol})"
-
-    def capture_support(self) -> CaptureSupport:
-        return CaptureSupport.SUPPORTED
-
-    def workspace_requirement(self, meta: NodeMeta) -> WorkspaceRequirement:
-        return WorkspaceRequirement.NONE
 
     def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec]:
         return self.row.infer_outputs(meta)
@@ -812,7 +815,7 @@ _VARIADIC: list[Variadic] = [
 # ---------------------------------------------------------------- Where
 
 
-class Where:
+class Where(BoundRow):
     """``cond ? x : y`` with three-way broadcasting; moves bytes (exact for every dtype)."""
 
     family = "where"
@@ -846,21 +849,11 @@ class Where:
     def bind(self, meta: NodeMeta) -> _Bound:
         return _Bound(self, f"where_{suffix(meta.inputs[1].dtype)}")  # type: ignore[union-attr]
 
-    def capture_support(self) -> CaptureSupport:
-        return CaptureSupport.SUPPORTED
-
-    def workspace_requirement(self, meta: NodeMeta) -> WorkspaceRequirement:
-        return WorkspaceRequirement.NONE
-
-    def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
-                               outputs: list[Any], workspace: Any) -> None:
-        self.bind(ctx.node).execute_with_workspace(ctx, inputs, outputs, workspace)
-
 
 # ---------------------------------------------------------------- Clip
 
 
-class Clip:
+class Clip(BoundRow):
     """``min(max(x, lo), hi)``: bounds are attributes ``min``/``max`` before opset 11 and
     optional scalar inputs of x's dtype from opset 11.
 
@@ -916,16 +909,6 @@ class Clip:
                     float(np.asarray(meta.attr(name, default)).astype(dtype).astype(np.float64))
                     for name, default in (("min", -np.inf), ("max", np.inf)))
         return _Bound(self, f"clip_{suffix(dtype)}", scalars)
-
-    def capture_support(self) -> CaptureSupport:
-        return CaptureSupport.SUPPORTED
-
-    def workspace_requirement(self, meta: NodeMeta) -> WorkspaceRequirement:
-        return WorkspaceRequirement.NONE
-
-    def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
-                               outputs: list[Any], workspace: Any) -> None:
-        self.bind(ctx.node).execute_with_workspace(ctx, inputs, outputs, workspace)
 
 
 ROWS: Mapping[str, Any] = {k.key.op_type: k for k in (*_UNARY, *_BINARY, *_VARIADIC)}

@@ -165,8 +165,16 @@ class _WindowPool(FloatKernel):
         spec = TensorSpec(meta.inputs[0].dtype, pool_geometry(meta, shape).out_shape)
         return [spec] + [None] * (len(meta.output_names) - 1)
 
+    #: the pool.cu kernel; its last argument is :meth:`last_argument`
+    symbol = "window_pool"
+
     def node_mode(self, meta: NodeMeta) -> int:
         return self.mode
+
+    def last_argument(self, meta: NodeMeta) -> tuple[Any, Any]:
+        from onnx_ep.providers.cuda import runtime
+
+        return (self.node_mode(meta), runtime.I32)
 
     def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
                                outputs: list[Any], workspace: WorkspaceView | None) -> None:
@@ -182,10 +190,10 @@ class _WindowPool(FloatKernel):
             raise self.fail(ctx.node, f"output Y was planned as {tuple(y.shape)} but the "
                                       f"windows on X {tuple(x.shape)} give {g.out_shape}")
         n = prod(g.out_shape)
-        fn = function("pool", "window_pool", x.dtype, x.device)
+        fn = function("pool", self.symbol, x.dtype, x.device)
         args = [(x.ptr, runtime.PTR), (y.ptr, runtime.PTR), (g.planes, runtime.I64)]
         args += [(v, runtime.I64) for v in g.launch_args()]
-        args.append((self.node_mode(ctx.node), runtime.I32))
+        args.append(self.last_argument(ctx.node))
         launch(fn, n, args, ctx.stream)
 
 
@@ -256,6 +264,8 @@ class LpPool(_WindowPool):
     """(sum |x|^p)^(1/p) over each window in float64, rounded once (pool.cu's lp_pool):
     exact for p = 1 and 2 (numpy's fast paths), one output ulp for other p (pow)."""
 
+    symbol = "lp_pool"
+
     def __init__(self) -> None:
         super().__init__("LpPool", since=1)
 
@@ -264,23 +274,10 @@ class LpPool(_WindowPool):
         bound.parity = Parity.EXACT if float(meta.attr("p", 2)) in (1.0, 2.0) else Parity.ulp(1)
         return bound
 
-    def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
-                               outputs: list[Any], workspace: WorkspaceView | None) -> None:
+    def last_argument(self, meta: NodeMeta) -> tuple[Any, Any]:
         from onnx_ep.providers.cuda import runtime
 
-        x, y = inputs[0], outputs[0]
-        try:
-            g = pool_geometry(ctx.node, x.shape)
-        except NodeError as e:
-            raise self.fail(ctx.node, e.detail) from None
-        if tuple(y.shape) != g.out_shape:
-            raise self.fail(ctx.node, f"output Y was planned as {tuple(y.shape)} but the "
-                                      f"windows on X {tuple(x.shape)} give {g.out_shape}")
-        fn = function("pool", "lp_pool", x.dtype, x.device)
-        args = [(x.ptr, runtime.PTR), (y.ptr, runtime.PTR), (g.planes, runtime.I64)]
-        args += [(v, runtime.I64) for v in g.launch_args()]
-        args.append((float(ctx.node.attr("p", 2)), runtime.F64))
-        launch(fn, prod(g.out_shape), args, ctx.stream)
+        return (float(meta.attr("p", 2)), runtime.F64)
 
 
 KERNELS: list[Any] = [
