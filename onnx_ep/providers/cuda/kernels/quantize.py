@@ -141,8 +141,34 @@ def _static_check(meta: NodeMeta, x: TensorSpec, p: TensorSpec | None) -> Suppor
 class _Quant(CudaKernel):
     source = SOURCE
 
-    def _launch(self, ctx: ExecutionContext, symbol: str, x: Any, scale: Any, zp: Any,
-                y: Any, extra: list[tuple[Any, Any]]) -> None:
+    def out_dtype(self, meta: NodeMeta) -> np.dtype | None:
+        raise NotImplementedError
+
+    def _operands(self, meta: NodeMeta, scale_name: str,
+                  x_table: dict[np.dtype, str]) -> Support:
+        """x and the scale are known, of dtypes the kernels instantiate."""
+        if len(meta.inputs) < 2 or meta.inputs[0] is None or meta.inputs[1] is None:
+            return Support.no(f"needs x and {scale_name} of known dtype and rank")
+        x, s = meta.inputs[0], meta.inputs[1]
+        if np.dtype(x.dtype) not in x_table:
+            return Support.no(f"x dtype {x.dtype} not in ({_names(x_table)})")
+        if np.dtype(s.dtype) not in SCALES:
+            return Support.no(f"scale dtype {s.dtype} not in ({_names(SCALES)})")
+        return Support.YES
+
+    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
+        x, out = meta.inputs[0], self.out_dtype(meta)
+        assert x is not None and out is not None
+        return [TensorSpec(out, x.shape)]
+
+    def _launch(self, ctx: ExecutionContext, inputs: Any, outputs: Any, prefix: str,
+                x_table: dict[np.dtype, str], y_table: dict[np.dtype, str],
+                extra: list[tuple[Any, Any]]) -> None:
+        """Launch ``{prefix}_{x suffix}_{y suffix}`` over x (scale, optional zero point)."""
+        x, scale = inputs[0], inputs[1]
+        zp = inputs[2] if len(inputs) > 2 else None
+        y = outputs[0]
+        symbol = f"{prefix}_{x_table[np.dtype(x.dtype)]}_{y_table[np.dtype(y.dtype)]}"
         node = ctx.node
         try:
             g = param_geometry(tuple(x.shape), tuple(scale.shape), int(node.attr("axis", 1)),
@@ -171,13 +197,10 @@ class QuantizeLinear(_Quant):
         return np_dtype(attr) if attr else np.dtype(np.uint8)
 
     def supports(self, meta: NodeMeta) -> Support:
-        if len(meta.inputs) < 2 or meta.inputs[0] is None or meta.inputs[1] is None:
-            return Support.no("needs x and y_scale of known dtype and rank")
+        ok = self._operands(meta, "y_scale", QUANTIZABLE)
+        if not ok:
+            return ok
         x, s = meta.inputs[0], meta.inputs[1]
-        if np.dtype(x.dtype) not in QUANTIZABLE:
-            return Support.no(f"x dtype {x.dtype} not in ({_names(QUANTIZABLE)})")
-        if np.dtype(s.dtype) not in SCALES:
-            return Support.no(f"scale dtype {s.dtype} not in ({_names(SCALES)})")
         out = self.out_dtype(meta)
         if out is None:
             return Support.no("the zero point's dtype is unknown")
@@ -189,19 +212,10 @@ class QuantizeLinear(_Quant):
             return Support.no(f"output dtype {out} not in ({_names(QUANTIZED)})")
         return _static_check(meta, x, s)
 
-    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
-        x, out = meta.inputs[0], self.out_dtype(meta)
-        assert x is not None and out is not None
-        return [TensorSpec(out, x.shape)]
-
     def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
-        x, scale = inputs[0], inputs[1]
-        zp = inputs[2] if len(inputs) > 2 else None
-        y = outputs[0]
-        symbol = (f"quantize_{QUANTIZABLE[np.dtype(x.dtype)]}_"
-                  f"{QUANTIZED[np.dtype(y.dtype)]}")
         saturate = int(bool(int(ctx.node.attr("saturate", 1))))
-        self._launch(ctx, symbol, x, scale, zp, y, [(saturate, ctypes.c_int)])
+        self._launch(ctx, inputs, outputs, "quantize", QUANTIZABLE, QUANTIZED,
+                     [(saturate, ctypes.c_int)])
 
 
 class DequantizeLinear(_Quant):
@@ -216,13 +230,10 @@ class DequantizeLinear(_Quant):
         return None if s is None else np.dtype(s.dtype)
 
     def supports(self, meta: NodeMeta) -> Support:
-        if len(meta.inputs) < 2 or meta.inputs[0] is None or meta.inputs[1] is None:
-            return Support.no("needs x and x_scale of known dtype and rank")
+        ok = self._operands(meta, "x_scale", DEQUANTIZABLE)
+        if not ok:
+            return ok
         x, s = meta.inputs[0], meta.inputs[1]
-        if np.dtype(x.dtype) not in DEQUANTIZABLE:
-            return Support.no(f"x dtype {x.dtype} not in ({_names(DEQUANTIZABLE)})")
-        if np.dtype(s.dtype) not in SCALES:
-            return Support.no(f"scale dtype {s.dtype} not in ({_names(SCALES)})")
         present, zp = _zero_point(meta)
         if present and (zp is None or np.dtype(zp.dtype) != np.dtype(x.dtype)):
             return Support.no(f"zero point dtype {None if zp is None else zp.dtype} is not "
@@ -232,18 +243,8 @@ class DequantizeLinear(_Quant):
             return Support.no(f"output dtype {out} not in ({_names(OUTPUTS)})")
         return _static_check(meta, x, s)
 
-    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
-        x, out = meta.inputs[0], self.out_dtype(meta)
-        assert x is not None and out is not None
-        return [TensorSpec(out, x.shape)]
-
     def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
-        x, scale = inputs[0], inputs[1]
-        zp = inputs[2] if len(inputs) > 2 else None
-        y = outputs[0]
-        symbol = (f"dequantize_{DEQUANTIZABLE[np.dtype(x.dtype)]}_"
-                  f"{OUTPUTS[np.dtype(y.dtype)]}")
-        self._launch(ctx, symbol, x, scale, zp, y, [])
+        self._launch(ctx, inputs, outputs, "dequantize", DEQUANTIZABLE, OUTPUTS, [])
 
 
 class DynamicQuantizeLinear(CudaKernel):
