@@ -60,6 +60,27 @@ def _grid(n: int) -> tuple[int, int, int]:
     return (max(1, min(-(-n // BLOCK), 65535 * 32)), 1, 1)
 
 
+class _ResizeFamily(CudaKernel):
+    """The kernels of ``resize.cu``: grid-stride launches over the output."""
+
+    source = "resize"
+
+    def _launch(self, ctx: ExecutionContext, symbol: str, like: Any, n: int,
+                args: list[tuple[Any, Any]]) -> None:
+        launch(self.function(symbol, like), _grid(n), (BLOCK, 1, 1), args, ctx.stream)
+
+
+def _ranked(x: TensorSpec | None, what: str, verb: str, movable: bool = False) -> Support:
+    """X is known, (``movable``: of a dtype cuda holds,) of rank 1..MAX_DIMS."""
+    if x is None:
+        return Support.no(f"{what} is not a tensor of known dtype and rank")
+    if movable and (x.dtype.kind in "OUS" or x.dtype.itemsize not in (1, 2, 4, 8)):
+        return Support.no(f"dtype {x.dtype} cannot live on cuda")
+    if not 1 <= len(x.shape) <= MAX_DIMS:
+        return Support.no(f"X of rank {len(x.shape)}: cuda {verb} ranks 1..{MAX_DIMS}")
+    return Support.YES
+
+
 class ResizeGeo(ctypes.Structure):
     """``struct ResizeGeo`` of resize.cu (same field order, so the same layout)."""
 
@@ -196,17 +217,14 @@ def int_bounds(dtype: Any) -> tuple[float, float]:
     return float(info.min), float(info.max)
 
 
-class Resize(CudaKernel):
+class Resize(_ResizeFamily):
     """Resize-10+ and Upsample-9: nearest / linear / cubic, every coordinate mode."""
-
-    source = "resize"
 
     def supports(self, meta: NodeMeta) -> Support:
         x = meta.inputs[0] if meta.inputs else None
-        if x is None:
-            return Support.no("input X is not a tensor of known dtype and rank")
-        if not 1 <= len(x.shape) <= MAX_DIMS:
-            return Support.no(f"X of rank {len(x.shape)}: cuda resizes ranks 1..{MAX_DIMS}")
+        s = _ranked(x, "input X", "resizes")
+        if not s:
+            return s
         opts = resize_options(meta)
         if opts["mode"] not in MODES or (meta.op_type == "Upsample"
                                          and opts["mode"] == "cubic"):
@@ -290,13 +308,13 @@ class Resize(CudaKernel):
                                  f"up to {MAX_TAPS} (run this node on cpu_reference)")
         g = resize_geometry(x.shape, y.shape, axes, opts, roi_dtype)
         lo, hi = int_bounds(x.dtype)
-        launch(self.function(f"resize_{suffix(x.dtype)}", x), _grid(y.size), (BLOCK, 1, 1),
-               [(x.ptr, PTR), (y.ptr, PTR), struct_arg(g),
-                (scales.ptr if scales is not None else 0, PTR),
-                (sizes.ptr if sizes is not None else 0, PTR),
-                (roi.ptr if roi is not None and opts["coord"] == "tf_crop_and_resize"
-                 else 0, PTR),
-                (y.size, I64), (lo, F64), (hi, F64)], ctx.stream)
+        self._launch(ctx, f"resize_{suffix(x.dtype)}", x, y.size, [
+            (x.ptr, PTR), (y.ptr, PTR), struct_arg(g),
+            (scales.ptr if scales is not None else 0, PTR),
+            (sizes.ptr if sizes is not None else 0, PTR),
+            (roi.ptr if roi is not None and opts["coord"] == "tf_crop_and_resize"
+             else 0, PTR),
+            (y.size, I64), (lo, F64), (hi, F64)])
 
 
 # ---------------------------------------------------------------- GridSample
@@ -310,10 +328,8 @@ def grid_options(meta: NodeMeta) -> tuple[str, str, bool]:
     return mode, meta.attr("padding_mode", "zeros"), bool(meta.attr("align_corners", 0))
 
 
-class GridSample(CudaKernel):
+class GridSample(_ResizeFamily):
     """GridSample-16+: 1-3 spatial dims, nearest / linear / cubic, every padding mode."""
-
-    source = "resize"
 
     def supports(self, meta: NodeMeta) -> Support:
         x = meta.inputs[0] if meta.inputs else None
@@ -360,9 +376,9 @@ class GridSample(CudaKernel):
         g.n, g.c, g.out_size = int(x.shape[0]), int(x.shape[1]), prod(grid.shape[1:-1])
         g.nd, g.mode, g.padding, g.align = nd, GRID_MODES[mode], GRID_PADDING[padding], \
             int(align)
-        launch(self.function(f"grid_sample_{suffix(x.dtype)}", x), _grid(y.size),
-               (BLOCK, 1, 1), [(x.ptr, PTR), (grid.ptr, PTR), (y.ptr, PTR), struct_arg(g),
-                               (y.size, I64)], ctx.stream)
+        self._launch(ctx, f"grid_sample_{suffix(x.dtype)}", x, y.size, [
+            (x.ptr, PTR), (grid.ptr, PTR), (y.ptr, PTR), struct_arg(g),
+            (y.size, I64)])
 
 
 # ---------------------------------------------------------------- CenterCropPad
@@ -389,19 +405,14 @@ def crop_geometry(x_shape: Sequence[int], y_shape: Sequence[int]) -> CropGeo:
     return g
 
 
-class CenterCropPad(CudaKernel):
+class CenterCropPad(_ResizeFamily):
     """CenterCropPad-18: bytes moved, zeros padded (EXACT); geometry from the shapes."""
-
-    source = "resize"
 
     def supports(self, meta: NodeMeta) -> Support:
         x = meta.inputs[0] if meta.inputs else None
-        if x is None:
-            return Support.no("input is not a tensor of known dtype and rank")
-        if x.dtype.kind in "OUS" or x.dtype.itemsize not in (1, 2, 4, 8):
-            return Support.no(f"dtype {x.dtype} cannot live on cuda")
-        if not 1 <= len(x.shape) <= MAX_DIMS:
-            return Support.no(f"X of rank {len(x.shape)}: cuda crops ranks 1..{MAX_DIMS}")
+        s = _ranked(x, "input", "crops", movable=True)
+        if not s:
+            return s
         axes = meta.attr("axes")
         if axes is not None and any(normalize_axis(int(a), len(x.shape)) is None
                                     for a in axes):
@@ -426,9 +437,8 @@ class CenterCropPad(CudaKernel):
         if y.size == 0:
             return
         g = crop_geometry(x.shape, y.shape)
-        launch(self.function(f"center_crop_pad_x{x.dtype.itemsize}", x), _grid(y.size),
-               (BLOCK, 1, 1), [(x.ptr, PTR), (y.ptr, PTR), struct_arg(g), (y.size, I64)],
-               ctx.stream)
+        self._launch(ctx, f"center_crop_pad_x{x.dtype.itemsize}", x, y.size, [
+            (x.ptr, PTR), (y.ptr, PTR), struct_arg(g), (y.size, I64)])
 
 
 # ---------------------------------------------------------------- AffineGrid, Col2Im
@@ -440,11 +450,10 @@ class AffineGeo(ctypes.Structure):
                 ("points", ctypes.c_int64), ("nd", ctypes.c_int32), ("align", ctypes.c_int32)]
 
 
-class AffineGrid(CudaKernel):
+class AffineGrid(_ResizeFamily):
     """AffineGrid-20: theta times the base grid in float64, rounded once. The reference
     contracts with einsum, whose summation order is its own: a tolerance."""
 
-    source = "resize"
     parity = Parity.tolerance(rtol=1e-6, atol=1e-12)
 
     def supports(self, meta: NodeMeta) -> Support:
@@ -478,9 +487,8 @@ class AffineGrid(CudaKernel):
             g.spatial[i] = int(d)
         g.n, g.points, g.nd = int(y.shape[0]), prod(y.shape[1:-1]), nd
         g.align = int(bool(ctx.node.attr("align_corners", 0)))
-        launch(self.function(f"affine_grid_{suffix(theta.dtype)}", theta), _grid(y.size),
-               (BLOCK, 1, 1), [(theta.ptr, PTR), (y.ptr, PTR), struct_arg(g), (y.size, I64)],
-               ctx.stream)
+        self._launch(ctx, f"affine_grid_{suffix(theta.dtype)}", theta, y.size, [
+            (theta.ptr, PTR), (y.ptr, PTR), struct_arg(g), (y.size, I64)])
 
 
 class Col2ImGeo(ctypes.Structure):
@@ -513,10 +521,8 @@ def col2im_geometry(meta: NodeMeta, x_shape: Sequence[int],
     return g
 
 
-class Col2Im(CudaKernel):
+class Col2Im(_ResizeFamily):
     """Col2Im-18: float32 sums in the reference's np.add.at order, rounded once (EXACT)."""
-
-    source = "resize"
 
     def supports(self, meta: NodeMeta) -> Support:
         x = meta.inputs[0] if meta.inputs else None
@@ -545,9 +551,8 @@ class Col2Im(CudaKernel):
                                  f"disagree on the spatial rank")
         if y.size == 0:
             return
-        launch(self.function(f"col2im_{suffix(x.dtype)}", x), _grid(y.size), (BLOCK, 1, 1),
-               [(x.ptr, PTR), (block.ptr, PTR), (y.ptr, PTR), struct_arg(g), (y.size, I64)],
-               ctx.stream)
+        self._launch(ctx, f"col2im_{suffix(x.dtype)}", x, y.size, [
+            (x.ptr, PTR), (block.ptr, PTR), (y.ptr, PTR), struct_arg(g), (y.size, I64)])
 
 
 KERNELS: list[Any] = [
