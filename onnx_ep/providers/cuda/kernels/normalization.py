@@ -19,6 +19,7 @@ per row/channel with a fixed reduction tree: deterministic, no atomics.
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from typing import Any
 
 from onnx_ep.core.kernel import NodeMeta, Parity, Support, TensorSpec
@@ -79,6 +80,24 @@ class _SameShape(CudaKernel):
         x = meta.inputs[0]
         return [TensorSpec(x.dtype, x.shape)]
 
+    def _axis(self, ctx: Any, a: int | None) -> int:
+        if a is None:
+            raise self.fail(ctx, f"axis {ctx.node.attr('axis')} is out of range")
+        return a
+
+    def _launch_rows(self, ctx: Any, prefix: str, x: Any, y: Any, outer: int, dim: int,
+                     inner: int, extra: Sequence[tuple[Any, Any]] = ()) -> None:
+        """One thread per (outer, inner) row of ``dim`` values, x to y."""
+        launch(self.function(f"{prefix}_{suffix(x.dtype)}", x), _grid(outer * inner),
+               (BLOCK, 1, 1), [(x.ptr, PTR), (y.ptr, PTR), (outer, I64), (dim, I64),
+                               (inner, I64), *extra], ctx.stream)
+
+
+def _axis_support(meta: NodeMeta, a: int | None) -> Support:
+    if a is None:
+        return Support.no(f"axis {meta.attr('axis')} is out of range")
+    return Support.YES
+
 
 class Hardmax(_SameShape):
     def __init__(self) -> None:
@@ -94,21 +113,15 @@ class Hardmax(_SameShape):
         s = _float_x(meta)
         if not s:
             return s
-        if self.axis(meta, len(meta.inputs[0].shape)) is None:
-            return Support.no(f"axis {meta.attr('axis')} is out of range")
-        return Support.YES
+        return _axis_support(meta, self.axis(meta, len(meta.inputs[0].shape)))
 
     def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
         x, y = inputs[0], outputs[0]
         if y.size == 0:
             return
-        axis = self.axis(ctx.node, x.ndim)
-        if axis is None:
-            raise self.fail(ctx, f"axis {ctx.node.attr('axis')} is out of range")
+        axis = self._axis(ctx, self.axis(ctx.node, x.ndim))
         outer, dim, inner = softmax_geometry(tuple(x.shape), axis, ctx.node.opset)
-        launch(self.function(f"hardmax_{suffix(x.dtype)}", x), _grid(outer * inner),
-               (BLOCK, 1, 1), [(x.ptr, PTR), (y.ptr, PTR), (outer, I64), (dim, I64),
-                               (inner, I64)], ctx.stream)
+        self._launch_rows(ctx, "hardmax", x, y, outer, dim, inner)
 
 
 class LpNormalization(_SameShape):
@@ -121,21 +134,17 @@ class LpNormalization(_SameShape):
             return s
         if int(meta.attr("p", 2)) not in (1, 2):
             return Support.no(f"p must be 1 or 2, got {meta.attr('p')}")
-        if normalize_axis(int(meta.attr("axis", -1)), len(meta.inputs[0].shape)) is None:
-            return Support.no(f"axis {meta.attr('axis')} is out of range")
-        return Support.YES
+        return _axis_support(meta, normalize_axis(int(meta.attr("axis", -1)),
+                                                  len(meta.inputs[0].shape)))
 
     def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
         x, y = inputs[0], outputs[0]
         if y.size == 0:
             return
-        a = normalize_axis(int(ctx.node.attr("axis", -1)), x.ndim)
-        if a is None:
-            raise self.fail(ctx, f"axis {ctx.node.attr('axis')} is out of range")
+        a = self._axis(ctx, normalize_axis(int(ctx.node.attr("axis", -1)), x.ndim))
         outer, dim, inner = prod(x.shape[:a]), int(x.shape[a]), prod(x.shape[a + 1:])
-        launch(self.function(f"lp_norm_{suffix(x.dtype)}", x), _grid(outer * inner),
-               (BLOCK, 1, 1), [(x.ptr, PTR), (y.ptr, PTR), (outer, I64), (dim, I64),
-                               (inner, I64), (int(ctx.node.attr("p", 2)), I32)], ctx.stream)
+        self._launch_rows(ctx, "lp_norm", x, y, outer, dim, inner,
+                          [(int(ctx.node.attr("p", 2)), I32)])
 
 
 class GroupNorm(_SameShape):
