@@ -279,19 +279,20 @@ def test_cast_node_packs_once(monkeypatch) -> None:
 # ---------------------------------------------------------------- GPU
 
 
-def _paths() -> list[str]:
-    return ["ctypes", "bindings"]
+@pytest.fixture(params=["ctypes", "bindings"])
+def path(request: pytest.FixtureRequest) -> str:
+    """Each launch path; ctypes skips where the driver library does not load through it."""
+    if request.param == "ctypes" and runtime._ctypes_cuLaunchKernel() is None:
+        pytest.skip("the CUDA driver library does not load through ctypes here")
+    return request.param
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("path", _paths())
 def test_prepared_launches_are_bit_exact_on_each_path(cuda_device, allocator, stream,
                                                       path) -> None:
     from onnx_ep.core.memory import Role
     from onnx_ep.providers.cuda import nvrtc
 
-    if path == "ctypes" and runtime._ctypes_cuLaunchKernel() is None:
-        pytest.skip("the CUDA driver library does not load through ctypes here")
     n = 10_007
     fill = nvrtc.get_function("testing", "fill_f32", cuda_device)
     axpy = nvrtc.get_function("testing", "axpy_f32", cuda_device)
@@ -321,12 +322,9 @@ def test_prepared_launches_are_bit_exact_on_each_path(cuda_device, allocator, st
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("path", _paths())
 def test_a_rejected_prepared_launch_names_the_driver_error(cuda_device, stream, path) -> None:
     from onnx_ep.providers.cuda import nvrtc
 
-    if path == "ctypes" and runtime._ctypes_cuLaunchKernel() is None:
-        pytest.skip("the CUDA driver library does not load through ctypes here")
     fill = nvrtc.get_function("testing", "fill_f32", cuda_device)
     rec = runtime.prepare(fill, (1, 1, 1), (4096, 1, 1),   # more threads than a block may have
                           [(0, runtime.PTR), (0.0, runtime.F32), (0, runtime.I64)], stream,
@@ -347,14 +345,11 @@ def test_the_default_path_is_bindings_unless_the_environment_names_one(cuda_devi
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("path", _paths())
 def test_a_prepared_launch_replays_inside_a_captured_graph(cuda_device, allocator, stream,
                                                            path) -> None:
     from onnx_ep.core.memory import Role
     from onnx_ep.providers.cuda import nvrtc
 
-    if path == "ctypes" and runtime._ctypes_cuLaunchKernel() is None:
-        pytest.skip("the CUDA driver library does not load through ctypes here")
     drv = runtime.driver()
     fill = nvrtc.get_function("testing", "fill_f32", cuda_device)
     n = 1024
