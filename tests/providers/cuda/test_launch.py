@@ -84,6 +84,19 @@ def test_params_refuse_a_by_value_argument_that_is_not_a_struct() -> None:
         runtime.Params([(5, None)])
 
 
+def _ctypes_path(monkeypatch: pytest.MonkeyPatch, n_params: int, *,
+                 fresh_cache: bool = False) -> FakeCtypesDriver:
+    """Route every launch through the ctypes path onto a fake driver (and, with
+    ``fresh_cache``, start from empty launch caches)."""
+    fake = FakeCtypesDriver(n_params=n_params)
+    monkeypatch.setattr(runtime, "_ctypes_cuLaunchKernel", lambda: fake.fn)
+    monkeypatch.setattr(runtime, "launch_path", lambda: "ctypes")
+    if fresh_cache:
+        monkeypatch.setattr(runtime, "_cached", {})
+        monkeypatch.setattr(runtime, "_seen", {})
+    return fake
+
+
 def test_ctypes_launch_passes_handles_geometry_and_the_prebuilt_array(monkeypatch) -> None:
     fake = FakeCtypesDriver(n_params=2)
     monkeypatch.setattr(runtime, "_ctypes_cuLaunchKernel", lambda: fake.fn)
@@ -183,11 +196,7 @@ def test_remember_empties_a_full_cache() -> None:
 
 
 def test_launch_cached_builds_a_record_on_the_second_sighting(monkeypatch) -> None:
-    fake = FakeCtypesDriver(n_params=3)
-    monkeypatch.setattr(runtime, "_ctypes_cuLaunchKernel", lambda: fake.fn)
-    monkeypatch.setattr(runtime, "launch_path", lambda: "ctypes")
-    monkeypatch.setattr(runtime, "_cached", {})
-    monkeypatch.setattr(runtime, "_seen", {})
+    fake = _ctypes_path(monkeypatch, 3, fresh_cache=True)
     plain: list[Any] = []
     monkeypatch.setattr(runtime, "launch", lambda *a: plain.append(a))
     fn, stream = _fn(), _stream()
@@ -232,9 +241,7 @@ def _bound_add() -> Any:
 def test_elementwise_node_packs_once_per_pointer_and_shape_set(monkeypatch) -> None:
     from onnx_ep.providers.cuda.kernels.elementwise import Bcast
 
-    fake = FakeCtypesDriver(n_params=5)               # a, b, y, n, the Bcast struct
-    monkeypatch.setattr(runtime, "_ctypes_cuLaunchKernel", lambda: fake.fn)
-    monkeypatch.setattr(runtime, "launch_path", lambda: "ctypes")
+    fake = _ctypes_path(monkeypatch, 5)               # a, b, y, n, the Bcast struct
     bound = _bound_add()
     monkeypatch.setattr(type(bound), "function", lambda self, ordinal: _fn("add_f32"))
     built: list[Any] = []
@@ -263,9 +270,7 @@ def test_cast_node_packs_once(monkeypatch) -> None:
     from onnx_ep.core.kernel import NodeMeta, TensorSpec
     from onnx_ep.providers.cuda.kernels.cast import Cast
 
-    fake = FakeCtypesDriver(n_params=3)
-    monkeypatch.setattr(runtime, "_ctypes_cuLaunchKernel", lambda: fake.fn)
-    monkeypatch.setattr(runtime, "launch_path", lambda: "ctypes")
+    fake = _ctypes_path(monkeypatch, 3)
     meta = NodeMeta("cast", "Cast", "", 19, {"to": 10}, (TensorSpec(np.float32, (4,)),))
     bound = Cast("Cast", 19).bind(meta)
     monkeypatch.setattr(type(bound), "function", lambda self, ordinal: _fn(bound.symbol))
@@ -409,11 +414,7 @@ def test_a_chain_of_elementwise_and_cast_nodes_reruns_with_new_feeds(cuda_device
 
 
 def test_launch_cached_tells_a_negative_zero_from_a_zero(monkeypatch) -> None:
-    fake = FakeCtypesDriver(n_params=1)
-    monkeypatch.setattr(runtime, "_ctypes_cuLaunchKernel", lambda: fake.fn)
-    monkeypatch.setattr(runtime, "launch_path", lambda: "ctypes")
-    monkeypatch.setattr(runtime, "_cached", {})
-    monkeypatch.setattr(runtime, "_seen", {})
+    fake = _ctypes_path(monkeypatch, 1, fresh_cache=True)
     monkeypatch.setattr(runtime, "launch", lambda *a: None)
     fn, stream = _fn(), _stream()
     for value in (0.0, 0.0, -0.0, -0.0):
@@ -426,9 +427,7 @@ def test_unary_node_packs_its_scalars_once(monkeypatch) -> None:
     from onnx_ep.core.kernel import NodeMeta, TensorSpec
     from onnx_ep.providers.cuda.kernels.elementwise import ROWS
 
-    fake = FakeCtypesDriver(n_params=5)               # x, y, n, p0, p1
-    monkeypatch.setattr(runtime, "_ctypes_cuLaunchKernel", lambda: fake.fn)
-    monkeypatch.setattr(runtime, "launch_path", lambda: "ctypes")
+    fake = _ctypes_path(monkeypatch, 5)               # x, y, n, p0, p1
     meta = NodeMeta("lr", "LeakyRelu", "", 17, {"alpha": 0.5}, (TensorSpec(np.float32, (8,)),))
     bound = ROWS["LeakyRelu"].bind(meta)
     monkeypatch.setattr(type(bound), "function", lambda self, ordinal: _fn(bound.symbol))
