@@ -13,35 +13,31 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from onnx_ep.core.kernel import ExecutionContext, NodeMeta, Parity, TensorSpec
+from onnx_ep.core.kernel import ExecutionContext, Parity, TensorSpec
 from onnx_ep.errors import NodeError
 from onnx_ep.providers.cpu_reference import gather_scatter as ref_gs
 from onnx_ep.providers.cpu_reference import movement as ref_mv
 from onnx_ep.providers.cpu_reference import recent as ref_recent
 from onnx_ep.providers.cpu_reference import reduce as ref_reduce
 from onnx_ep.providers.cuda.kernels import indexing as ix
+from tests.helpers.host_meta import by_op, spec_meta
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 F32 = np.dtype(np.float32)
 I64 = np.dtype(np.int64)
-KERNELS = {k.key.op_type: k for k in ix.KERNELS}
-
-
-def _meta(op, inputs, opset=21, n_out=1, **attrs):
-    return NodeMeta(name="n", op_type=op, domain="", opset=opset, attrs=attrs,
-                    inputs=tuple(inputs), output_names=tuple(f"y{i}" for i in range(n_out)))
+KERNELS = by_op(ix.KERNELS)
 
 
 def _ctx(op, arrays, opset=21, n_out=1, **attrs):
     specs = [None if a is None else TensorSpec(a.dtype, a.shape) for a in arrays]
-    return ExecutionContext(_meta(op, specs, opset, n_out, **attrs))
+    return ExecutionContext(spec_meta(op, specs, opset, n_out, **attrs))
 
 
 # ---------------------------------------------------------------- registry, promises
 
 def test_every_kernel_promises_exact_parity():
     for k in ix.KERNELS:
-        assert k.bind(_meta(k.key.op_type, [TensorSpec(F32, (2, 3))])).parity == Parity.EXACT
+        assert k.bind(spec_meta(k.key.op_type, [TensorSpec(F32, (2, 3))])).parity == Parity.EXACT
 
 
 def test_kernel_module_is_registered():
@@ -121,16 +117,16 @@ def test_pad_supports_and_infers():
     x = TensorSpec(F32, (2, 3))
     pads = TensorSpec(I64, (4,))
     k = KERNELS["Pad"]
-    assert k.supports(_meta("Pad", [x, pads]))
-    assert k.infer_outputs(_meta("Pad", [x, pads])) == [None]
-    assert not k.supports(_meta("Pad", [x, TensorSpec(np.dtype(np.int32), (4,))]))
-    assert not k.supports(_meta("Pad", [x, pads], opset=18, mode="wrap"))
-    assert k.supports(_meta("Pad", [x, pads], opset=19, mode="wrap"))
-    assert not k.supports(_meta("Pad", [x, pads, TensorSpec(I64, ())]))
-    old = _meta("Pad", [x], opset=2, pads=[1, 0, 0, 2], mode="edge")
+    assert k.supports(spec_meta("Pad", [x, pads]))
+    assert k.infer_outputs(spec_meta("Pad", [x, pads])) == [None]
+    assert not k.supports(spec_meta("Pad", [x, TensorSpec(np.dtype(np.int32), (4,))]))
+    assert not k.supports(spec_meta("Pad", [x, pads], opset=18, mode="wrap"))
+    assert k.supports(spec_meta("Pad", [x, pads], opset=19, mode="wrap"))
+    assert not k.supports(spec_meta("Pad", [x, pads, TensorSpec(I64, ())]))
+    old = spec_meta("Pad", [x], opset=2, pads=[1, 0, 0, 2], mode="edge")
     assert k.supports(old)
     assert k.infer_outputs(old) == [TensorSpec(F32, (3, 5))]
-    assert ix.pad_attr_lists(_meta("Pad", [x], opset=1, paddings=[1, 2, 3, 4]), 2) == \
+    assert ix.pad_attr_lists(spec_meta("Pad", [x], opset=1, paddings=[1, 2, 3, 4]), 2) == \
         ([1, 2], [3, 4])
 
 
@@ -139,11 +135,11 @@ def test_pad_supports_and_infers():
 def test_gather_elements_supports_and_infers():
     k = KERNELS["GatherElements"]
     x, idx = TensorSpec(F32, (3, 4)), TensorSpec(I64, (2, 4))
-    assert k.supports(_meta("GatherElements", [x, idx], axis=-2))
-    assert k.infer_outputs(_meta("GatherElements", [x, idx])) == [TensorSpec(F32, (2, 4))]
-    assert not k.supports(_meta("GatherElements", [x, TensorSpec(I64, (8,))]))
-    assert not k.supports(_meta("GatherElements", [x, idx], axis=2))
-    assert not k.supports(_meta("GatherElements", [x, TensorSpec(F32, (2, 4))]))
+    assert k.supports(spec_meta("GatherElements", [x, idx], axis=-2))
+    assert k.infer_outputs(spec_meta("GatherElements", [x, idx])) == [TensorSpec(F32, (2, 4))]
+    assert not k.supports(spec_meta("GatherElements", [x, TensorSpec(I64, (8,))]))
+    assert not k.supports(spec_meta("GatherElements", [x, idx], axis=2))
+    assert not k.supports(spec_meta("GatherElements", [x, TensorSpec(F32, (2, 4))]))
 
 
 # ---------------------------------------------------------------- scatters
@@ -225,17 +221,17 @@ def test_scatter_nd_fold_matches_the_reference(dtype, red):
 def test_scatter_supports():
     x, idx = TensorSpec(F32, (3, 4)), TensorSpec(I64, (2, 4))
     k = KERNELS["ScatterElements"]
-    assert k.supports(_meta("ScatterElements", [x, idx, x], reduction="max", opset=18))
-    assert not k.supports(_meta("ScatterElements", [x, idx, x], reduction="max", opset=16))
+    assert k.supports(spec_meta("ScatterElements", [x, idx, x], reduction="max", opset=18))
+    assert not k.supports(spec_meta("ScatterElements", [x, idx, x], reduction="max", opset=16))
     b = TensorSpec(np.dtype(np.bool_), (3, 4))
-    assert k.supports(_meta("ScatterElements", [b, idx, b]))
-    assert not k.supports(_meta("ScatterElements", [b, idx, b], reduction="add", opset=18))
-    assert not k.supports(_meta("ScatterElements", [x, idx, TensorSpec(I64, (2, 4))]))
+    assert k.supports(spec_meta("ScatterElements", [b, idx, b]))
+    assert not k.supports(spec_meta("ScatterElements", [b, idx, b], reduction="add", opset=18))
+    assert not k.supports(spec_meta("ScatterElements", [x, idx, TensorSpec(I64, (2, 4))]))
     nd = KERNELS["ScatterND"]
-    assert nd.supports(_meta("ScatterND", [x, TensorSpec(I64, (5, 2)), TensorSpec(F32, (5,))]))
-    assert not nd.supports(_meta("ScatterND", [x, TensorSpec(I64, (5, 3)),
-                                               TensorSpec(F32, (5,))]))
-    assert nd.infer_outputs(_meta("ScatterND", [x, idx, x])) == [x]
+    assert nd.supports(spec_meta("ScatterND", [x, TensorSpec(I64, (5, 2)), TensorSpec(F32, (5,))]))
+    assert not nd.supports(spec_meta("ScatterND", [x, TensorSpec(I64, (5, 3)),
+                                                   TensorSpec(F32, (5,))]))
+    assert nd.infer_outputs(spec_meta("ScatterND", [x, idx, x])) == [x]
 
 
 # ---------------------------------------------------------------- CumSum, CumProd
@@ -280,10 +276,11 @@ def test_scan_order_matches_the_reference(op, dtype, exclusive, reverse):
 
 def test_scan_supports():
     k = KERNELS["CumSum"]
-    assert k.supports(_meta("CumSum", [TensorSpec(F32, (3,)), TensorSpec(np.dtype(np.int32), ())]))
-    assert not k.supports(_meta("CumSum", [TensorSpec(F32, ()), TensorSpec(I64, ())]))
-    assert not k.supports(_meta("CumSum", [TensorSpec(np.dtype(np.int8), (3,)),
-                                           TensorSpec(I64, ())]))
+    assert k.supports(spec_meta("CumSum", [TensorSpec(F32, (3,)),
+                                           TensorSpec(np.dtype(np.int32), ())]))
+    assert not k.supports(spec_meta("CumSum", [TensorSpec(F32, ()), TensorSpec(I64, ())]))
+    assert not k.supports(spec_meta("CumSum", [TensorSpec(np.dtype(np.int8), (3,)),
+                                               TensorSpec(I64, ())]))
 
 
 # ---------------------------------------------------------------- TopK
@@ -334,11 +331,11 @@ def test_top_k_ranks_match_the_reference(dtype, largest):
 def test_top_k_supports_and_infers():
     k = KERNELS["TopK"]
     x = TensorSpec(F32, (3, 4))
-    assert k.supports(_meta("TopK", [x, TensorSpec(I64, (1,))], n_out=2))
-    assert k.infer_outputs(_meta("TopK", [x, TensorSpec(I64, (1,))], n_out=2)) == [None, None]
-    old = _meta("TopK", [x], opset=1, n_out=2, k=2, axis=0)
+    assert k.supports(spec_meta("TopK", [x, TensorSpec(I64, (1,))], n_out=2))
+    assert k.infer_outputs(spec_meta("TopK", [x, TensorSpec(I64, (1,))], n_out=2)) == [None, None]
+    old = spec_meta("TopK", [x], opset=1, n_out=2, k=2, axis=0)
     assert k.infer_outputs(old) == [TensorSpec(F32, (2, 4)), TensorSpec(I64, (2, 4))]
-    assert not k.supports(_meta("TopK", [TensorSpec(np.dtype(np.bool_), (3,))], n_out=2))
+    assert not k.supports(spec_meta("TopK", [TensorSpec(np.dtype(np.bool_), (3,))], n_out=2))
 
 
 # ---------------------------------------------------------------- Dropout, ReverseSequence
@@ -346,22 +343,22 @@ def test_top_k_supports_and_infers():
 def test_dropout_runs_inference_only():
     k = KERNELS["Dropout"]
     x = TensorSpec(F32, (2, 3))
-    assert k.supports(_meta("Dropout", [x], opset=13, n_out=2))
-    assert k.supports(_meta("Dropout", [x, TensorSpec(F32, ())], opset=13, n_out=2))
-    assert not k.supports(_meta("Dropout", [x, None, TensorSpec(np.dtype(np.bool_), ())],
-                                opset=13))
-    assert k.infer_outputs(_meta("Dropout", [x], opset=13, n_out=2)) == \
+    assert k.supports(spec_meta("Dropout", [x], opset=13, n_out=2))
+    assert k.supports(spec_meta("Dropout", [x, TensorSpec(F32, ())], opset=13, n_out=2))
+    assert not k.supports(spec_meta("Dropout", [x, None, TensorSpec(np.dtype(np.bool_), ())],
+                                    opset=13))
+    assert k.infer_outputs(spec_meta("Dropout", [x], opset=13, n_out=2)) == \
         [x, TensorSpec(np.dtype(np.bool_), (2, 3))]
-    assert k.infer_outputs(_meta("Dropout", [x], opset=7, n_out=2)) == [x, x]
-    assert k.infer_outputs(_meta("Dropout", [x], opset=13)) == [x]
+    assert k.infer_outputs(spec_meta("Dropout", [x], opset=7, n_out=2)) == [x, x]
+    assert k.infer_outputs(spec_meta("Dropout", [x], opset=13)) == [x]
 
 
 def test_reverse_sequence_supports():
     k = KERNELS["ReverseSequence"]
     x, lens = TensorSpec(F32, (4, 3, 2)), TensorSpec(I64, (3,))
-    assert k.supports(_meta("ReverseSequence", [x, lens]))
-    assert not k.supports(_meta("ReverseSequence", [x, lens], batch_axis=2))
-    assert not k.supports(_meta("ReverseSequence", [TensorSpec(F32, (4,)), lens]))
+    assert k.supports(spec_meta("ReverseSequence", [x, lens]))
+    assert not k.supports(spec_meta("ReverseSequence", [x, lens], batch_axis=2))
+    assert not k.supports(spec_meta("ReverseSequence", [TensorSpec(F32, (4,)), lens]))
 
 
 # ---------------------------------------------------------------- DepthToSpace, SpaceToDepth
@@ -376,8 +373,8 @@ def test_space_depth_plan_is_the_reference_transpose(op, mode):
     ref = (ref_mv.DepthToSpace if op == "DepthToSpace" else ref_mv.SpaceToDepth)(op)
     want = ref.run(ctx, x)
     np.testing.assert_array_equal(x.reshape(view).transpose(perm).reshape(out), want)
-    spec = KERNELS[op].infer_outputs(_meta(op, [TensorSpec(F32, shape)], blocksize=2,
-                                           mode=mode))
+    spec = KERNELS[op].infer_outputs(spec_meta(op, [TensorSpec(F32, shape)], blocksize=2,
+                                               mode=mode))
     assert spec == [TensorSpec(F32, out)]
     assert ix.space_depth_plan(op, (1, 3, 3, 3), 2, mode) is None
 
@@ -439,7 +436,7 @@ def test_launch_arguments_match_the_kernel_signatures(monkeypatch, op, ins, outs
     monkeypatch.setattr(runtime, "copy_dtod", lambda *a: launched.append("copy"))
     x = [_FakeTensor(d, s) for d, s in ins]
     y = [_FakeTensor(d, s) for d, s in outs]
-    meta = _meta(op, [TensorSpec(t.dtype, t.shape) for t in x], opset, len(y), **attrs)
+    meta = spec_meta(op, [TensorSpec(t.dtype, t.shape) for t in x], opset, len(y), **attrs)
     k = KERNELS[op]
     assert k.supports(meta)
     k.bind(meta).execute_with_workspace(ExecutionContext(meta), x, y, None)

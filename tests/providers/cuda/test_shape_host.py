@@ -14,20 +14,16 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from onnx_ep.core.kernel import NodeMeta, OpKey, Parity, TensorSpec
+from onnx_ep.core.kernel import OpKey, Parity, TensorSpec
 from onnx_ep.providers.cpu_reference import movement as ref_movement
 from onnx_ep.providers.cpu_reference import shape as ref_shape
 from onnx_ep.providers.cuda.kernels import shape as sh
+from tests.helpers.host_meta import by_op, spec_meta
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 F32 = np.dtype(np.float32)
 I64 = np.dtype(np.int64)
-KERNELS = {k.key.op_type: k for k in sh.KERNELS}
-
-
-def _meta(op, inputs, opset=21, n_out=1, **attrs):
-    return NodeMeta(name="n", op_type=op, domain="", opset=opset, attrs=attrs,
-                    inputs=tuple(inputs), output_names=tuple(f"y{i}" for i in range(n_out)))
+KERNELS = by_op(sh.KERNELS)
 
 
 # ---------------------------------------------------------------- Shape, Size
@@ -40,7 +36,7 @@ def test_shape_slice_matches_the_reference(rank):
     for start in (None, -100, -2, -1, 0, 1, 2, 100):
         for end in (None, -100, -1, 0, 1, 3, 100):
             attrs = {k: v for k, v in (("start", start), ("end", end)) if v is not None}
-            ctx = ExecutionContext(_meta("Shape", [TensorSpec(x.dtype, x.shape)], 15, **attrs))
+            ctx = ExecutionContext(spec_meta("Shape", [TensorSpec(x.dtype, x.shape)], 15, **attrs))
             want = ref_shape.Shape("Shape").run(ctx, x)
             got = KERNELS["Shape"].values(ctx.node, x.shape)
             assert got == want.tolist(), (start, end)
@@ -49,7 +45,7 @@ def test_shape_slice_matches_the_reference(rank):
 
 
 def test_size_is_a_scalar_product():
-    meta = _meta("Size", [TensorSpec(F32, (2, 3, 4))])
+    meta = spec_meta("Size", [TensorSpec(F32, (2, 3, 4))])
     assert KERNELS["Size"].infer_outputs(meta) == [TensorSpec(I64, ())]
     assert KERNELS["Size"].values(meta, (2, 3, 4)) == [24]
     assert KERNELS["Size"].values(meta, ()) == [1]
@@ -127,7 +123,7 @@ def test_trilu_index_math_matches_the_reference(shape, k, upper):
     from onnx_ep.core.kernel import ExecutionContext
 
     x = np.arange(1, int(np.prod(shape)) + 1, dtype=np.float32).reshape(shape)
-    ctx = ExecutionContext(_meta("Trilu", [TensorSpec(F32, shape)], upper=upper))
+    ctx = ExecutionContext(spec_meta("Trilu", [TensorSpec(F32, shape)], upper=upper))
     want = ref_movement.Trilu("Trilu").run(ctx, x, None if k is None else np.array(k))
     np.testing.assert_array_equal(_device_trilu(x, 0 if k is None else k, upper), want)
 
@@ -145,48 +141,48 @@ def test_eye_index_math_matches_numpy(shape, k):
 
 def test_infer_outputs():
     x = TensorSpec(F32, (3, 5))
-    assert KERNELS["EyeLike"].infer_outputs(_meta("EyeLike", [x])) == [x]
-    assert KERNELS["EyeLike"].infer_outputs(_meta("EyeLike", [x], dtype=7)) == \
+    assert KERNELS["EyeLike"].infer_outputs(spec_meta("EyeLike", [x])) == [x]
+    assert KERNELS["EyeLike"].infer_outputs(spec_meta("EyeLike", [x], dtype=7)) == \
         [TensorSpec(I64, (3, 5))]
-    assert KERNELS["Trilu"].infer_outputs(_meta("Trilu", [TensorSpec(BF16, (2, 4, 4)), None])) \
+    assert KERNELS["Trilu"].infer_outputs(spec_meta("Trilu", [TensorSpec(BF16, (2, 4, 4)), None])) \
         == [TensorSpec(BF16, (2, 4, 4))]
-    assert KERNELS["Shape"].infer_outputs(_meta("Shape", [TensorSpec(F32, ("N", 3, 4))])) == \
+    assert KERNELS["Shape"].infer_outputs(spec_meta("Shape", [TensorSpec(F32, ("N", 3, 4))])) == \
         [TensorSpec(I64, (3,))]
     # ConstantOfShape / Range: the size is in device values (onnx inference sizes them)
     s = TensorSpec(I64, (2,))
-    assert KERNELS["ConstantOfShape"].infer_outputs(_meta("ConstantOfShape", [s])) == [None]
+    assert KERNELS["ConstantOfShape"].infer_outputs(spec_meta("ConstantOfShape", [s])) == [None]
     assert KERNELS["ConstantOfShape"].infer_outputs(
-        _meta("ConstantOfShape", [TensorSpec(I64, (0,))], value=np.array([3], np.int8))) == \
+        spec_meta("ConstantOfShape", [TensorSpec(I64, (0,))], value=np.array([3], np.int8))) == \
         [TensorSpec(np.int8, ())]
     r = TensorSpec(F32, ())
-    assert KERNELS["Range"].infer_outputs(_meta("Range", [r, r, r])) == [None]
+    assert KERNELS["Range"].infer_outputs(spec_meta("Range", [r, r, r])) == [None]
 
 
 def test_supports_declines_what_cannot_run():
     f = TensorSpec(F32, ())
     i32 = TensorSpec(np.int32, ())
-    assert KERNELS["Range"].supports(_meta("Range", [i32, i32, i32]))
-    assert KERNELS["Range"].supports(_meta("Range", [TensorSpec(BF16, ())] * 3))
-    assert not KERNELS["Range"].supports(_meta("Range", [f, i32, f]))
-    assert not KERNELS["Range"].supports(_meta("Range", [TensorSpec(np.uint8, ())] * 3))
-    assert not KERNELS["Range"].supports(_meta("Range", [TensorSpec(F32, (2,)), f, f]))
+    assert KERNELS["Range"].supports(spec_meta("Range", [i32, i32, i32]))
+    assert KERNELS["Range"].supports(spec_meta("Range", [TensorSpec(BF16, ())] * 3))
+    assert not KERNELS["Range"].supports(spec_meta("Range", [f, i32, f]))
+    assert not KERNELS["Range"].supports(spec_meta("Range", [TensorSpec(np.uint8, ())] * 3))
+    assert not KERNELS["Range"].supports(spec_meta("Range", [TensorSpec(F32, (2,)), f, f]))
     s = TensorSpec(I64, (3,))
-    assert KERNELS["ConstantOfShape"].supports(_meta("ConstantOfShape", [s]))
+    assert KERNELS["ConstantOfShape"].supports(spec_meta("ConstantOfShape", [s]))
     assert KERNELS["ConstantOfShape"].supports(
-        _meta("ConstantOfShape", [s], value=np.array([1], BF16)))
+        spec_meta("ConstantOfShape", [s], value=np.array([1], BF16)))
     assert not KERNELS["ConstantOfShape"].supports(
-        _meta("ConstantOfShape", [s], value=np.array(["a"], dtype=object)))
+        spec_meta("ConstantOfShape", [s], value=np.array(["a"], dtype=object)))
     assert not KERNELS["ConstantOfShape"].supports(
-        _meta("ConstantOfShape", [s], value=np.zeros(2, np.float32)))
-    assert not KERNELS["EyeLike"].supports(_meta("EyeLike", [TensorSpec(F32, (2, 2, 2))]))
+        spec_meta("ConstantOfShape", [s], value=np.zeros(2, np.float32)))
+    assert not KERNELS["EyeLike"].supports(spec_meta("EyeLike", [TensorSpec(F32, (2, 2, 2))]))
     assert not KERNELS["EyeLike"].supports(
-        _meta("EyeLike", [TensorSpec(F32, (2, 2))], dtype=8))          # string
-    assert not KERNELS["Trilu"].supports(_meta("Trilu", [TensorSpec(F32, (4,))]))
+        spec_meta("EyeLike", [TensorSpec(F32, (2, 2))], dtype=8))          # string
+    assert not KERNELS["Trilu"].supports(spec_meta("Trilu", [TensorSpec(F32, (4,))]))
     assert not KERNELS["Trilu"].supports(
-        _meta("Trilu", [TensorSpec(F32, (4, 4)), TensorSpec(np.int32, ())]))
-    assert KERNELS["Trilu"].supports(_meta("Trilu", [TensorSpec(np.bool_, (4, 4)), None]))
-    assert not KERNELS["Shape"].supports(_meta("Shape", [TensorSpec(object, (2,))]))
-    assert not KERNELS["Size"].supports(_meta("Size", [None]))
+        spec_meta("Trilu", [TensorSpec(F32, (4, 4)), TensorSpec(np.int32, ())]))
+    assert KERNELS["Trilu"].supports(spec_meta("Trilu", [TensorSpec(np.bool_, (4, 4)), None]))
+    assert not KERNELS["Shape"].supports(spec_meta("Shape", [TensorSpec(object, (2,))]))
+    assert not KERNELS["Size"].supports(spec_meta("Size", [None]))
 
 
 def test_keys_match_cpu_reference_and_kernels_are_exact_and_capturable():
@@ -195,7 +191,7 @@ def test_keys_match_cpu_reference_and_kernels_are_exact_and_capturable():
         assert k.key == OpKey("", k.key.op_type, ref[k.key.op_type].since)
         assert k.parity == Parity.EXACT
         assert k.capture_support().supported
-        assert k.workspace_requirement(_meta(k.key.op_type, [])).nbytes == 0
+        assert k.workspace_requirement(spec_meta(k.key.op_type, [])).nbytes == 0
 
 
 def test_the_family_is_registered():
@@ -299,8 +295,8 @@ def _run(mem, op, arrays, out_dtype, out_shape, opset=21, **attrs):
     from onnx_ep.core.kernel import ExecutionContext
 
     ins = [None if a is None else mem.tensor(np.asarray(a)) for a in arrays]
-    meta = _meta(op, [None if a is None else TensorSpec(np.asarray(a).dtype, np.shape(a))
-                      for a in arrays], opset, **attrs)
+    meta = spec_meta(op, [None if a is None else TensorSpec(np.asarray(a).dtype, np.shape(a))
+                          for a in arrays], opset, **attrs)
     ctx = ExecutionContext(meta)
     k = KERNELS[op].bind(meta)
     assert k.supports(meta)
@@ -365,5 +361,5 @@ def test_execute_range(emulated, dtype, start, limit, delta):
     ins = [np.array(v, np.float64).astype(dtype).reshape(()) for v in (start, limit, delta)]
     from onnx_ep.core.kernel import ExecutionContext
 
-    ref = ref_shape.Range("Range").run(ExecutionContext(_meta("Range", [])), *ins)
+    ref = ref_shape.Range("Range").run(ExecutionContext(spec_meta("Range", [])), *ins)
     _same(*_run(emulated, "Range", ins, ref.dtype, ref.shape))
