@@ -22,18 +22,13 @@ import pytest
 
 from onnx_ep.core.dtypes import onnx_elem_type
 from onnx_ep.core.kernel import ExecutionContext, NodeMeta, Parity, ParityKind, TensorSpec
-from onnx_ep.providers.cpu_reference import activation as ref_activation
-from onnx_ep.providers.cpu_reference import cast as ref_cast
-from onnx_ep.providers.cpu_reference import elementwise as ref_elementwise
-from onnx_ep.providers.cuda.kernels import cast, elementwise
+from onnx_ep.providers.cuda.kernels import elementwise
 from onnx_ep.testing.ulp import judge
+from tests.helpers.cuda_elementwise import ROWS, reference
 
 pytestmark = pytest.mark.cuda
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
-REF = {k.key.op_type: k for k in
-       ref_elementwise.KERNELS + ref_activation.KERNELS + ref_cast.KERNELS}
-ROWS = {k.key.op_type: k for k in elementwise.KERNELS + cast.KERNELS}
 FLOAT_SPECIALS = [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 1.5,
                   2.5, -2.5, 3.0, 1e-40, -1e-40, 65504.0, 7e4, 3e38, -3e38, 1e300, 2.0,
                   -2.0, 0.84375, 1.25, 6.0, -6.0, 28.0]
@@ -43,13 +38,6 @@ def _meta(op: str, arrays, opset: int = 21, **attrs) -> NodeMeta:
     return NodeMeta(name="n", op_type=op, domain="", opset=opset, attrs=attrs,
                     inputs=tuple(None if a is None else TensorSpec(a.dtype, a.shape)
                                  for a in arrays))
-
-
-def _reference(op: str, arrays, meta: NodeMeta) -> np.ndarray:
-    out = [None]
-    with np.errstate(all="ignore"):
-        REF[op].execute_with_workspace(ExecutionContext(meta), list(arrays), out, None)
-    return np.asarray(out[0])
 
 
 def _run_cuda(op: str, arrays, meta: NodeMeta, stream, allocator) -> np.ndarray:
@@ -159,7 +147,7 @@ def test_unary_bytes_equal_reference(op, dtype, specials, stream, allocator):
     for attrs in _unary_attrs(op):
         meta = _meta(op, [x], **attrs)
         _assert_same_bytes(op, _run_cuda(op, [x], meta, stream, allocator),
-                           _reference(op, [x], meta), [x], nan_payload=False,
+                           reference(op, [x], meta), [x], nan_payload=False,
                            promise=_promise(op, meta))
 
 
@@ -190,7 +178,7 @@ def test_binary_bytes_equal_reference(op, dtype, specials, stream, allocator):
         for x, y in ((a, b), (a, b[:1]), (a[:, :1], b[:1]), (a[:1, 3:4].reshape(()), b)):
             meta = _meta(op, [x, y], **attrs)
             _assert_same_bytes(op, _run_cuda(op, [x, y], meta, stream, allocator),
-                               _reference(op, [x, y], meta), [x, y], nan_payload=False)
+                               reference(op, [x, y], meta), [x, y], nan_payload=False)
 
 
 @pytest.mark.parametrize("shapes", [
@@ -201,7 +189,7 @@ def test_broadcast_shapes_on_device(shapes, stream, allocator):
     x, y = (rng.standard_normal(s).astype(np.float32) for s in shapes)
     meta = _meta("Sub", [x, y])
     _assert_same_bytes("Sub", _run_cuda("Sub", [x, y], meta, stream, allocator),
-                       _reference("Sub", [x, y], meta), [x, y])
+                       reference("Sub", [x, y], meta), [x, y])
 
 
 @pytest.mark.parametrize("dtype", sorted(elementwise.ALL, key=str))
@@ -212,7 +200,7 @@ def test_where_bytes_equal_reference(dtype, stream, allocator):
     y = _values(dtype, 6 * 4 * 1, rng).reshape(6, 4, 1)
     meta = _meta("Where", [c, x, y])
     _assert_same_bytes("Where", _run_cuda("Where", [c, x, y], meta, stream, allocator),
-                       _reference("Where", [c, x, y], meta), [c, x, y])
+                       reference("Where", [c, x, y], meta), [c, x, y])
 
 
 CAST_DTYPES = sorted((np.dtype(t) for t in (np.float32, np.float16, BF16, np.float64, np.int64,
@@ -233,11 +221,11 @@ def test_cast_bytes_equal_reference(src, dst, stream, allocator):
         x[-4:] = [2**62 + 2**54 + 1, -(2**53) - 1, 2**24 + 1, 65520]
     meta = _meta("Cast", [x], to=onnx_elem_type(dst))
     _assert_same_bytes("Cast", _run_cuda("Cast", [x], meta, stream, allocator),
-                       _reference("Cast", [x], meta), [x])
+                       reference("Cast", [x], meta), [x])
     like = np.zeros(1, dst)
     meta = _meta("CastLike", [x, like])
     _assert_same_bytes("CastLike", _run_cuda("CastLike", [x, like], meta, stream, allocator),
-                       _reference("CastLike", [x, like], meta), [x])
+                       reference("CastLike", [x, like], meta), [x])
 
 
 def test_repeated_runs_are_bit_identical(stream, allocator):
@@ -256,7 +244,7 @@ def test_gelu_tanh_cancellation_region_keeps_its_tolerance(stream, allocator):
         promise = _promise("Gelu", meta)
         assert promise.kind is ParityKind.TOLERANCE
         _assert_same_bytes("Gelu", _run_cuda("Gelu", [x], meta, stream, allocator),
-                           _reference("Gelu", [x], meta), [x], promise=promise)
+                           reference("Gelu", [x], meta), [x], promise=promise)
 
 
 CLIP_DTYPES = sorted(elementwise.NUMERIC, key=str)
@@ -279,7 +267,7 @@ def test_clip_bound_inputs_equal_reference(dtype, stream, allocator):
         for inputs in ([x, lo, hi], [x, lo], [x, None, hi], [x], [x, lo.reshape(1), None]):
             meta = _meta("Clip", inputs)
             _assert_same_bytes("Clip", _run_cuda("Clip", inputs, meta, stream, allocator),
-                               _reference("Clip", inputs, meta), [x], nan_payload=False)
+                               reference("Clip", inputs, meta), [x], nan_payload=False)
 
 
 @pytest.mark.parametrize("dtype", sorted(elementwise.FLOATS, key=str), ids=str)
@@ -291,7 +279,7 @@ def test_clip_attribute_bounds_before_opset_11(dtype, stream, allocator):
         attrs = {k: float(np.float32(v)) for k, v in attrs.items()}
         meta = _meta("Clip", [x], opset=6, **attrs)
         _assert_same_bytes("Clip", _run_cuda("Clip", [x], meta, stream, allocator),
-                           _reference("Clip", [x], meta), [x], nan_payload=False)
+                           reference("Clip", [x], meta), [x], nan_payload=False)
 
 
 SHIFT_DTYPES = sorted(elementwise.INTS, key=str)
@@ -314,7 +302,7 @@ def test_bitshift_equals_numpy_including_counts_past_the_width(dtype, stream, al
         for a, b in ((x, counts), (x, counts[None, :].repeat(7, 0)), (x[:, :1], counts)):
             meta = _meta("BitShift", [a, b], direction=direction)
             _assert_same_bytes("BitShift", _run_cuda("BitShift", [a, b], meta, stream, allocator),
-                               _reference("BitShift", [a, b], meta), [a, b])
+                               reference("BitShift", [a, b], meta), [a, b])
 
 
 PRELU_DTYPES = sorted(elementwise.ROWS["PRelu"].dtypes, key=str)
@@ -329,7 +317,7 @@ def test_prelu_slope_broadcast_equals_reference(dtype, stream, allocator):
         s = np.ascontiguousarray(s)
         meta = _meta("PRelu", [x, s])
         _assert_same_bytes("PRelu", _run_cuda("PRelu", [x, s], meta, stream, allocator),
-                           _reference("PRelu", [x, s], meta), [x, s], nan_payload=False)
+                           reference("PRelu", [x, s], meta), [x, s], nan_payload=False)
 
 
 VARIADIC_CASES = [(k.key.op_type, dt) for k in elementwise.KERNELS if k.family == "variadic"
@@ -347,7 +335,7 @@ def test_variadic_fold_equals_reference(op, dtype, stream, allocator):
     for arrays in ([a], [b, a], [a, b], [c, d], [a, b, c], [d, c, b, a], [a, a, a]):
         meta = _meta(op, arrays)
         _assert_same_bytes(op, _run_cuda(op, arrays, meta, stream, allocator),
-                           _reference(op, arrays, meta), arrays, nan_payload=False)
+                           reference(op, arrays, meta), arrays, nan_payload=False)
 
 
 def test_mean_rounds_the_sum_before_dividing(stream, allocator):
@@ -357,7 +345,7 @@ def test_mean_rounds_the_sum_before_dividing(stream, allocator):
     arrays = [x, x, -x]
     meta = _meta("Mean", arrays)
     got = _run_cuda("Mean", arrays, meta, stream, allocator)
-    want = _reference("Mean", arrays, meta)
+    want = reference("Mean", arrays, meta)
     _assert_same_bytes("Mean", got, want, arrays, nan_payload=False)
 
 
@@ -380,7 +368,7 @@ def test_pow_with_an_exponent_of_another_dtype(base, exp, stream, allocator):
     for a, b in ((x, e), (x, np.ascontiguousarray(e[:1])), (np.ascontiguousarray(x[:1, :1]), e)):
         meta = _meta("Pow", [a, b])
         _assert_same_bytes("Pow", _run_cuda("Pow", [a, b], meta, stream, allocator),
-                           _reference("Pow", [a, b], meta), [a, b], nan_payload=False)
+                           reference("Pow", [a, b], meta), [a, b], nan_payload=False)
 
 
 def test_integer_pow_of_minus_one_follows_the_float64_exponent(stream, allocator):
@@ -390,4 +378,4 @@ def test_integer_pow_of_minus_one_follows_the_float64_exponent(stream, allocator
     x = np.array([-1, -1, -1, -1, -1, -1], np.int64)
     meta = _meta("Pow", [x, e])
     _assert_same_bytes("Pow", _run_cuda("Pow", [x, e], meta, stream, allocator),
-                       _reference("Pow", [x, e], meta), [x, e])
+                       reference("Pow", [x, e], meta), [x, e])

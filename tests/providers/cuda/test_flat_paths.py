@@ -15,17 +15,11 @@ import pytest
 
 from onnx_ep.core.dtypes import onnx_elem_type
 from onnx_ep.core.kernel import ExecutionContext, NodeMeta, TensorSpec
-from onnx_ep.providers.cpu_reference import activation as ref_activation
-from onnx_ep.providers.cpu_reference import cast as ref_cast
-from onnx_ep.providers.cpu_reference import elementwise as ref_elementwise
-from onnx_ep.providers.cuda.kernels import cast, elementwise
+from tests.helpers.cuda_elementwise import ROWS, reference
 
 pytestmark = pytest.mark.cuda
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
-REF = {k.key.op_type: k for k in
-       ref_elementwise.KERNELS + ref_activation.KERNELS + ref_cast.KERNELS}
-ROWS = {k.key.op_type: k for k in elementwise.KERNELS + cast.KERNELS}
 #: sizes around the pack widths (2, 4, 8, 16 elements) and the tail, one large enough for
 #: several grid-stride steps of a one-wave grid (132 SMs x 8 blocks x 256 threads x 4)
 SIZES = [1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 33, 4095, 4097, 100_003]
@@ -75,11 +69,7 @@ def _run(op: str, arrays, attrs: dict, stream, allocator, *, offsets=None,
     y = DeviceTensor(block.ptr + out_offset * item, spec.dtype, spec.shape, 0, owner=block)
     bound.execute_with_workspace(ExecutionContext(meta, stream=stream, provider="cuda"),
                                  inputs, [y], None)
-    got = y.numpy(stream)
-    out = [None]
-    with np.errstate(all="ignore"):
-        REF[op].execute_with_workspace(ExecutionContext(meta), list(arrays), out, None)
-    return got, np.asarray(out[0])
+    return y.numpy(stream), reference(op, arrays, meta)
 
 
 def _same(what: str, got: np.ndarray, want: np.ndarray) -> None:
