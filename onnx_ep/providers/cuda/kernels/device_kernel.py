@@ -107,6 +107,12 @@ def prod(dims: Sequence[int]) -> int:
     return n
 
 
+def grid_1d(n: int, block: int = 256) -> tuple[int, int, int]:
+    """Blocks of a grid-stride loop over ``n`` elements: at least 1, at most 65535 * 32
+    (the kernels loop over the rest)."""
+    return (max(1, min(-(-n // block), 65535 * 32)), 1, 1)
+
+
 def contiguous_strides(shape: Sequence[int]) -> list[int]:
     """C-contiguous strides in elements."""
     out = [1] * len(shape)

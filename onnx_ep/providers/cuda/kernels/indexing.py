@@ -35,6 +35,7 @@ from onnx_ep.providers.cuda.kernels.device_kernel import (
     CudaKernel,
     Geo,
     contiguous_strides,
+    grid_1d,
     launch,
     normalize_axis,
     prod,
@@ -72,10 +73,6 @@ INDEX_TYPES = frozenset({np.dtype(np.int32), np.dtype(np.int64)})
 #: scatter reduction -> (kernel code, first opset)
 REDUCTIONS = {"none": (0, 1), "add": (1, 16), "mul": (2, 16), "max": (3, 18), "min": (4, 18)}
 PAD_MODES = {"constant": 0, "reflect": 1, "edge": 2, "wrap": 3}
-
-
-def grid(n: int, block: int = BLOCK) -> tuple[int, int, int]:
-    return (max(1, min(-(-n // block), 65535 * 32)), 1, 1)
 
 
 def bits_of(value: Any, dtype: Any) -> int:
@@ -132,7 +129,7 @@ class _Indexing(CudaKernel):
     def _launch(self, ctx: ExecutionContext, symbol: str, like: Any, n: int,
                 args: list[tuple[Any, Any]]) -> None:
         """One grid-stride launch of ``symbol`` over ``n`` elements."""
-        launch(self.function(symbol, like), grid(n), (BLOCK, 1, 1), args, ctx.stream)
+        launch(self.function(symbol, like), grid_1d(n), (BLOCK, 1, 1), args, ctx.stream)
 
     def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
         x = meta.inputs[0]

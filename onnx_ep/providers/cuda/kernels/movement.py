@@ -31,6 +31,7 @@ from onnx_ep.providers.cuda.kernels.device_kernel import (
     CudaKernel,
     Geo,
     contiguous_strides,
+    grid_1d,
     launch,
     normalize_axis,
     prod,
@@ -40,10 +41,6 @@ from onnx_ep.providers.cuda.kernels.device_kernel import (
 #: element widths (bytes) the kernels are instantiated for
 WIDTHS = (16, 8, 4, 2, 1)
 BLOCK = 256
-
-
-def _grid(n: int, block: int = BLOCK) -> tuple[int, int, int]:
-    return (max(1, min(-(-n // block), 65535 * 32)), 1, 1)
 
 
 def _movable(spec: TensorSpec | None) -> Support:
@@ -172,7 +169,7 @@ def _strided(k: CudaKernel, ctx: ExecutionContext, x: Any, x_ptr: int, y: Any, w
     if not sizes:
         sizes, strides = [1], [0]
     g = Geo.of(sizes, strides)
-    launch(k.function(_sym("strided_copy", width), x), _grid(n), (BLOCK, 1, 1),
+    launch(k.function(_sym("strided_copy", width), x), grid_1d(n), (BLOCK, 1, 1),
            [(x_ptr, PTR), (y.ptr, PTR), struct_arg(g), (n, I64)], ctx.stream)
 
 
@@ -189,7 +186,7 @@ def _block_copy(k: CudaKernel, ctx: ExecutionContext, t: Any, src: int, src_pitc
         return
     w = block_copy_width(es, cols, (src_pitch, dst_pitch), (src, dst))
     f = w // es
-    launch(k.function(_sym("copy2d", w), t), _grid(rows * cols // f), (BLOCK, 1, 1),
+    launch(k.function(_sym("copy2d", w), t), grid_1d(rows * cols // f), (BLOCK, 1, 1),
            [(src, PTR), (src_pitch // f, I64), (dst, PTR), (dst_pitch // f, I64),
             (rows, I64), (cols // f, I64)], ctx.stream)
 
@@ -289,7 +286,7 @@ class Tile(_Movement):
             w = block_copy_width(es, mi[-1], (), (x.ptr, y.ptr))
             mi[-1] //= w // es
             mo[-1] //= w // es
-        launch(self.function(_sym("tile", w), x), _grid(prod(mo)), (BLOCK, 1, 1),
+        launch(self.function(_sym("tile", w), x), grid_1d(prod(mo)), (BLOCK, 1, 1),
                [(x.ptr, PTR), (y.ptr, PTR), struct_arg(Geo.of(mo, [0] * len(mo))),
                 struct_arg(Geo.of(mi, contiguous_strides(mi))), (prod(mo), I64)], ctx.stream)
 
@@ -456,7 +453,7 @@ class Slice(_Movement):
         idx64 = int(starts.dtype == np.int64)
         out = Geo.of(y.shape or [1], [0] * max(y.ndim, 1))
         ing = Geo.of(x.shape or [1], contiguous_strides(x.shape) or [1])
-        launch(self.function(_sym("slice", es), x), _grid(y.size), (BLOCK, 1, 1),
+        launch(self.function(_sym("slice", es), x), grid_1d(y.size), (BLOCK, 1, 1),
                [(x.ptr, PTR), (y.ptr, PTR), struct_arg(out), struct_arg(ing),
                 (starts.ptr, PTR), (axes.ptr if axes is not None else 0, PTR),
                 (steps.ptr if steps is not None else 0, PTR), (k, I32), (idx64, I32),
@@ -493,7 +490,7 @@ class Gather(_Movement):
         w = block_copy_width(es, inner, (), (x.ptr, y.ptr))
         f = w // es
         n = outer * idx.size * inner // f
-        launch(self.function(_sym("gather", w), x), _grid(n), (BLOCK, 1, 1),
+        launch(self.function(_sym("gather", w), x), grid_1d(n), (BLOCK, 1, 1),
                [(x.ptr, PTR), (idx.ptr, PTR), (int(idx.dtype == np.int64), I32), (y.ptr, PTR),
                 (outer, I64), (dim, I64), (idx.size, I64), (inner // f, I64)], ctx.stream)
 

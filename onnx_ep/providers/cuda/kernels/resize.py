@@ -29,6 +29,7 @@ from onnx_ep.providers.cuda.kernels.device_kernel import (
     PTR,
     CudaKernel,
     dtype_support,
+    grid_1d,
     launch,
     normalize_axis,
     prod,
@@ -56,10 +57,6 @@ POLICIES = {"stretch": 0, "not_larger": 1, "not_smaller": 2}
 ROI_KINDS = {np.dtype(np.float32): 0, np.dtype(np.float16): 1, np.dtype(np.float64): 2}
 
 
-def _grid(n: int) -> tuple[int, int, int]:
-    return (max(1, min(-(-n // BLOCK), 65535 * 32)), 1, 1)
-
-
 class _ResizeFamily(CudaKernel):
     """The kernels of ``resize.cu``: grid-stride launches over the output."""
 
@@ -67,7 +64,7 @@ class _ResizeFamily(CudaKernel):
 
     def _launch(self, ctx: ExecutionContext, symbol: str, like: Any, n: int,
                 args: list[tuple[Any, Any]]) -> None:
-        launch(self.function(symbol, like), _grid(n), (BLOCK, 1, 1), args, ctx.stream)
+        launch(self.function(symbol, like), grid_1d(n), (BLOCK, 1, 1), args, ctx.stream)
 
 
 def _ranked(x: TensorSpec | None, what: str, verb: str, movable: bool = False) -> Support:

@@ -36,6 +36,7 @@ from onnx_ep.providers.cuda.kernels.device_kernel import (
     PTR,
     CudaKernel,
     dtype_support,
+    grid_1d,
     launch,
     prod,
     struct_arg,
@@ -47,10 +48,6 @@ U64 = ctypes.c_uint64
 INT64 = np.dtype(np.int64)
 #: values one ``write_i64`` launch carries
 VALUES_PER_LAUNCH = 8
-
-
-def _grid(n: int, block: int = BLOCK) -> tuple[int, int, int]:
-    return (max(1, min(-(-n // block), 65535 * 32)), 1, 1)
 
 
 #: dtypes whose values fill / eye place by bits (element sizes 1, 2, 4, 8)
@@ -207,7 +204,7 @@ class ConstantOfShape(_Shape):
         if y.size == 0:
             return
         w, word, n = fill_plan(dt.itemsize, bits, y.size, y.ptr)
-        launch(self.function(f"fill_x{w}", y), _grid(n), (BLOCK, 1, 1),
+        launch(self.function(f"fill_x{w}", y), grid_1d(n), (BLOCK, 1, 1),
                [(y.ptr, PTR), (word, U64), (n, I64)], ctx.stream)
 
 
@@ -233,7 +230,7 @@ class EyeLike(_Shape):
         if y.size == 0:
             return
         rows, cols = y.shape
-        launch(self.function(f"eye_x{y.dtype.itemsize}", y), _grid(y.size), (BLOCK, 1, 1),
+        launch(self.function(f"eye_x{y.dtype.itemsize}", y), grid_1d(y.size), (BLOCK, 1, 1),
                [(y.ptr, PTR), (rows, I64), (cols, I64), (int(ctx.node.attr("k", 0)), I64),
                 (one_bits(y.dtype), U64)], ctx.stream)
 
@@ -265,7 +262,7 @@ class Trilu(_Shape):
         if k is not None and k.size != 1:
             raise self.fail(ctx, f"k must hold one value, got shape {tuple(k.shape)}")
         rows, cols = x.shape[-2:]
-        launch(self.function(f"trilu_x{x.dtype.itemsize}", x), _grid(y.size), (BLOCK, 1, 1),
+        launch(self.function(f"trilu_x{x.dtype.itemsize}", x), grid_1d(y.size), (BLOCK, 1, 1),
                [(x.ptr, PTR), (y.ptr, PTR), (rows, I64), (cols, I64), (y.size, I64),
                 (k.ptr if k is not None else 0, PTR),
                 (int(bool(ctx.node.attr("upper", 1))), I32)], ctx.stream)
@@ -291,7 +288,7 @@ class Range(_Shape):
         if y.size == 0:
             return
         stash64 = int(ctx.node.attr("stash_type", 1) == 11)
-        launch(self.function(f"range_{suffix(y.dtype)}", y), _grid(y.size), (BLOCK, 1, 1),
+        launch(self.function(f"range_{suffix(y.dtype)}", y), grid_1d(y.size), (BLOCK, 1, 1),
                [(start.ptr, PTR), (delta.ptr, PTR), (y.ptr, PTR), (y.size, I64),
                 (stash64, I32)], ctx.stream)
 
