@@ -54,3 +54,32 @@ def test_opset_ranges_end_where_onnx_stops_defining_the_op(registry):
     import onnx.defs
 
     assert docs.opset_ranges(rows["Abs"]) == f"1-{onnx.defs.onnx_opset_version()}"
+
+
+def test_cuda_results_import_counts_cases_run_entirely_on_cuda(tmp_path, registry):
+    import json
+
+    report = {"summary": {"onnx": "1.23.1", "total": 3, "passed": 2, "failed": 1, "error": 0,
+                          "skipped": 0},
+              "cases": [{"name": "test_add", "status": "passed", "placement": {"cuda": 1}},
+                        {"name": "test_relu", "status": "passed",
+                         "placement": {"cuda": 1, "cpu_reference": 1}},
+                        {"name": "test_gemm", "status": "failed", "placement": {"cuda": 1}}]}
+    path = tmp_path / "ns.json"
+    path.write_text(json.dumps(report))
+    data = docs.import_cuda_results(path, "a test machine")
+    assert data["summary"]["entirely_on_cuda"] == 1
+    assert [n for n, c in data["cases"].items() if c["on_cuda"]] == ["test_add"]
+    results = {"cases": {"test_add": {"ops": ["Add"]}, "test_relu": {"ops": ["Add", "Relu"]},
+                         "test_gemm": {"ops": ["Gemm"]}}}
+    cells = docs.cuda_cells(registry, results, data)
+    assert cells["Add"].endswith("; 1/2") and cells["Gemm"].endswith("; 0/1")
+
+
+def test_committed_cuda_results_match_their_summary():
+    data = docs.load_cuda_results()
+    assert data is not None, f"{docs.CUDA_RESULTS_JSON} is missing"
+    on = sum(c["on_cuda"] for c in data["cases"].values())
+    assert data["summary"]["entirely_on_cuda"] == on
+    assert data["summary"]["total"] == len(data["cases"])
+    assert on >= 0.6 * data["summary"]["total"]        # issue 5's coverage target

@@ -28,6 +28,9 @@ ROOT = Path(__file__).resolve().parents[2]
 OPERATORS_MD = Path("docs/OPERATORS.md")
 PARITY_MD = Path("docs/PARITY.md")
 RESULTS_JSON = Path("docs/node_suite_results.json")
+#: the node suite on device "CUDA" (run on a GPU machine, imported with --import-cuda-results)
+CUDA_RESULTS_JSON = Path("docs/node_suite_cuda_results.json")
+CUDA = "cuda"
 GENERATE_COMMAND = "python -m onnx_ep.testing.docs"
 REFRESH_COMMAND = "python -m onnx_ep.testing.docs --refresh-results"
 #: the generated part of docs/PARITY.md lies between these two lines
@@ -77,6 +80,26 @@ def load_results(root: Path = ROOT) -> dict[str, Any]:
     if not path.exists():
         raise FileNotFoundError(f"{RESULTS_JSON} is missing; run `{REFRESH_COMMAND}`")
     return json.loads(path.read_text())
+
+
+def import_cuda_results(path: Path, source: str) -> dict[str, Any]:
+    """The CUDA results file from a ``node_suite --device CUDA --json`` report: per case,
+    its status and whether every node ran on cuda; ``source`` says where it was run."""
+    data = json.loads(Path(path).read_text())
+    cases = {c["name"]: {"status": c["status"],
+                         "on_cuda": c["status"] == "passed" and set(c.get("placement") or {})
+                         == {CUDA}}
+             for c in data["cases"]}
+    s = data["summary"]
+    return {"source": source, "onnx": s["onnx"],
+            "summary": {k: s[k] for k in ("total", "passed", "failed", "error", "skipped")}
+            | {"entirely_on_cuda": sum(c["on_cuda"] for c in cases.values())},
+            "cases": cases}
+
+
+def load_cuda_results(root: Path = ROOT) -> dict[str, Any] | None:
+    path = root / CUDA_RESULTS_JSON
+    return json.loads(path.read_text()) if path.exists() else None
 
 
 # ----------------------------------------------------------------- registry rows
@@ -243,11 +266,33 @@ def _first_sentence(reason: str, limit: int = 160) -> str:
     return head if len(head) <= limit else head[: limit - 3] + "..."
 
 
-def render_operators(registry: Any, results: Mapping[str, Any]) -> str:
+def cuda_cells(registry: Any, results: Mapping[str, Any],
+               cuda: Mapping[str, Any] | None) -> dict[str, str]:
+    """``{op name: cell}``: the cuda kernel's opsets and, from the GPU run, how many of the
+    node-suite cases using the op ran entirely on cuda."""
+    on: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    if cuda is not None:
+        for name, case in results["cases"].items():
+            got = cuda["cases"].get(name)
+            for op in case["ops"]:
+                on[op][1] += 1
+                on[op][0] += bool(got and got["on_cuda"])
+    cells = {}
+    for r in provider_rows(registry, CUDA):
+        name = op_name(r.domain, r.op_type)
+        k, t = on.get(name, (0, 0))
+        cells[name] = opset_ranges(r) + (f"; {k}/{t}" if cuda is not None and t else "")
+    return cells
+
+
+def render_operators(registry: Any, results: Mapping[str, Any],
+                     cuda: Mapping[str, Any] | None = None) -> str:
     import onnx.defs
 
     rows = provider_rows(registry)
     counts = suite_counts(results)
+    on_cuda = cuda_cells(registry, results, cuda)
+    n_cuda = sum(len(r.kernels) for r in provider_rows(registry, CUDA))
     s = results["summary"]
     n_kernels = sum(len(r.kernels) for r in rows)
     out = [
@@ -267,6 +312,15 @@ def render_operators(registry: Any, results: Mapping[str, Any]) -> str:
         f"stores every case in [`{RESULTS_JSON.name}`]({RESULTS_JSON.name}); "
         f"`{GENERATE_COMMAND}` rebuilds this page from that file without running the suite.",
         "",
+        f"The `{CUDA}` provider registers {n_cuda} kernels for {len(on_cuda)} of these "
+        f"operators." + (
+            f" On device \"CUDA\" ({cuda['source']}; onnx {cuda['onnx']}): "
+            f"**{cuda['summary']['passed']} passed** of {cuda['summary']['total']}, "
+            f"**{cuda['summary']['entirely_on_cuda']} entirely on cuda** (every node on the "
+            f"`cuda` provider; the rest fall back to `{PROVIDER}` node by node), stored in "
+            f"[`{CUDA_RESULTS_JSON.name}`]({CUDA_RESULTS_JSON.name})."
+            if cuda is not None else ""),
+        "",
         "Columns: **opsets**: the model opsets each kernel serves (a kernel's `since` up to the "
         "next kernel's, the last up to the newest opset that defines the op); "
         "**ONNX versions**: the opsets in which ONNX (re)defined the op; "
@@ -275,7 +329,10 @@ def render_operators(registry: Any, results: Mapping[str, Any]) -> str:
         "double, *float8s*: the four float8e4m3/e5m2 formats, *complex*: complex64/128); "
         "**parity**: the kernel's promise (docs/PARITY.md); "
         "**workspace**: whether the kernel plans scratch memory; "
-        "**node suite**: passed / total node-suite cases whose graph uses the op.",
+        "**node suite**: passed / total node-suite cases whose graph uses the op; "
+        "**cuda**: the opsets the `cuda` kernel serves and, from the GPU run, the cases "
+        "using the op that ran entirely on cuda / all cases using it (`-`: no cuda kernel; "
+        "`python scripts/cuda_coverage.py --ops` says why a kernel declines a node).",
         "",
     ]
     by_domain: dict[str, list[OpRow]] = defaultdict(list)
@@ -283,15 +340,17 @@ def render_operators(registry: Any, results: Mapping[str, Any]) -> str:
         by_domain[r.domain].append(r)
     for domain in sorted(by_domain):
         out += [f"## {domain or 'ai.onnx'}", "",
-                "| op | opsets | ONNX versions | dtypes | parity | workspace | node suite |",
-                "|---|---|---|---|---|---|---|"]
+                "| op | opsets | ONNX versions | dtypes | parity | workspace | node suite | "
+                "cuda |",
+                "|---|---|---|---|---|---|---|---|"]
         for r in by_domain[domain]:
             p, t = counts.get(op_name(r.domain, r.op_type), (0, 0))
             versions = ", ".join(map(str, schema_versions(r.op_type, r.domain))) or "-"
             ws = "yes" if any(has_workspace(k) for k in r.kernels) else "no"
             out.append(f"| {r.op_type} | {opset_ranges(r)} | {versions} | "
                        f"{_cell(dtypes_cell(r))} | {_cell(parity_cell(r))} | {ws} | "
-                       f"{f'{p}/{t}' if t else '-'} |")
+                       f"{f'{p}/{t}' if t else '-'} | "
+                       f"{on_cuda.get(op_name(r.domain, r.op_type), '-')} |")
         out.append("")
     current, deprecated = missing_ai_onnx_ops(rows)
     out += ["## ai.onnx operators without a kernel", "",
@@ -354,7 +413,7 @@ def expected_files(root: Path = ROOT, results: Mapping[str, Any] | None = None,
         registry = build_runtime(entry_points=False).registry
     if results is None:
         results = load_results(root)
-    files = {OPERATORS_MD: render_operators(registry, results)}
+    files = {OPERATORS_MD: render_operators(registry, results, load_cuda_results(root))}
     parity = root / PARITY_MD
     if parity.exists():
         files[PARITY_MD] = splice_parity(parity.read_text(), render_parity_table(registry))
@@ -381,7 +440,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--refresh-results", action="store_true",
                     help=f"run the node suite first and rewrite {RESULTS_JSON} (minutes)")
     ap.add_argument("--jobs", type=int, default=2, help="node-suite worker processes")
+    ap.add_argument("--import-cuda-results", metavar="JSON",
+                    help=f"write {CUDA_RESULTS_JSON} from a `node_suite --device CUDA --json` "
+                         f"report made on a GPU machine (scripts/gpu-check.sh writes one)")
+    ap.add_argument("--cuda-source", default="",
+                    help="with --import-cuda-results: where and at which commit it ran")
     ns = ap.parse_args(argv)
+    if ns.import_cuda_results:
+        if not ns.cuda_source:
+            ap.error("--import-cuda-results needs --cuda-source (machine, date, commit)")
+        data = import_cuda_results(Path(ns.import_cuda_results), ns.cuda_source)
+        (ROOT / CUDA_RESULTS_JSON).write_text(dump_results(data))
+        print(f"wrote {CUDA_RESULTS_JSON}: {data['summary']['entirely_on_cuda']} of "
+              f"{data['summary']['total']} cases entirely on cuda")
     if ns.refresh_results:
         results = collect_results(ns.jobs)
         (ROOT / RESULTS_JSON).write_text(dump_results(results))
