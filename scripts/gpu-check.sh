@@ -68,3 +68,6 @@ except (OSError, KeyError, ValueError):
 print(f"node suite on CUDA: {s['passed']} passed of {s['total']} "
       f"({100 * s['pass_rate']:.1f}%), {s['passed_on_device_only']} entirely on cuda")
 EOF
+echo "(to record the node-suite run in docs/OPERATORS.md: python -m onnx_ep.testing.docs \
+--import-cuda-results $OUT/node_suite_cuda.json --cuda-source 'GPU, date, commit' && \
+python -m onnx_ep.testing.docs)"
