@@ -241,62 +241,6 @@ __device__ __forceinline__ double part_value(float s, float c) {
     return sizeof(T) < 4 ? (double)s : two_sum_value(s, c);
 }
 
-// Fast-row conversions: float16/bfloat16 pairs through the two-lane instructions (half the
-// conversion instructions; the 2-byte rows are bound by arithmetic, not DRAM). NaN payloads
-// are not kept: these kernels promise a tolerance, under which any NaN matches a NaN.
-template <int V> __device__ __forceinline__ void unpack(const Vec<float, V>& q, float* f) {
-#pragma unroll
-    for (int k = 0; k < V; ++k) f[k] = q.v[k];
-}
-template <int V> __device__ __forceinline__ void unpack(const Vec<f16, V>& q, float* f) {
-    if constexpr (V % 2 == 0) {
-        const __half2* h = reinterpret_cast<const __half2*>(q.v);
-#pragma unroll
-        for (int i = 0; i < V / 2; ++i) {
-            const float2 t = __half22float2(h[i]);
-            f[2 * i] = t.x;
-            f[2 * i + 1] = t.y;
-        }
-    } else {
-#pragma unroll
-        for (int k = 0; k < V; ++k) f[k] = __half2float(q.v[k]);
-    }
-}
-template <int V> __device__ __forceinline__ void unpack(const Vec<bf16, V>& q, float* f) {
-#pragma unroll
-    for (int k = 0; k < V; ++k) f[k] = to_f32(q.v[k]);          // a shift: already cheap
-}
-template <int V> __device__ __forceinline__ void pack(Vec<float, V>& o, const float* f) {
-#pragma unroll
-    for (int k = 0; k < V; ++k) o.v[k] = f[k];
-}
-template <int V> __device__ __forceinline__ void pack(Vec<f16, V>& o, const float* f) {
-    if constexpr (V % 2 == 0) {
-        __half2* h = reinterpret_cast<__half2*>(o.v);
-#pragma unroll
-        for (int i = 0; i < V / 2; ++i) h[i] = __floats2half2_rn(f[2 * i], f[2 * i + 1]);
-    } else {
-#pragma unroll
-        for (int k = 0; k < V; ++k) o.v[k] = __float2half_rn(f[k]);
-    }
-}
-template <int V> __device__ __forceinline__ void pack(Vec<bf16, V>& o, const float* f) {
-    if constexpr (V % 2 == 0) {
-        __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(o.v);
-#pragma unroll
-        for (int i = 0; i < V / 2; ++i) h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
-    } else {
-#pragma unroll
-        for (int k = 0; k < V; ++k) o.v[k] = __float2bfloat16_rn(f[k]);
-    }
-}
-// exp for the fast rows: expf (<= 2 ulp) for float32; for 2-byte outputs the hardware
-// exp2 path (__expf, a few float32 ulps for |x| <= 16, where outputs are above float16's
-// and bfloat16's resolution) is far inside their promises (rtol 2^-10, 2^-7)
-template <class T> __device__ __forceinline__ float fast_exp(float x) {
-    return sizeof(T) == 4 ? expf(x) : __expf(x);
-}
-
 // exp of the float64 path for rows whose max is not finite: called, not inlined P * V
 // times (those rows are rare; the inlined copies dominated the compile time)
 __device__ __noinline__ double exp_slow(double v) { return exp(v); }
@@ -338,9 +282,12 @@ __device__ __forceinline__ void softmax_fast(const T* __restrict__ x, T* __restr
     float v[P][V];
     float m = -inf32();
     EP_FAST_PACKS(P) {
-        unpack(xv[EP_FAST_J(p)], v[p]);
+        VT q = xv[EP_FAST_J(p)];
 #pragma unroll
-        for (int k = 0; k < V; ++k) m = fmaxf(m, v[p][k]);
+        for (int k = 0; k < V; ++k) {
+            v[p][k] = to_f32(q.v[k]);
+            m = fmaxf(m, v[p][k]);
+        }
     }
     m = row_reduce<MaxF32>(m, shf);
     const bool fin = isfinite(m);
@@ -351,7 +298,7 @@ __device__ __forceinline__ void softmax_fast(const T* __restrict__ x, T* __restr
 #pragma unroll
         for (int k = 0; k < V; ++k) {
             if (fin) {
-                const float e = fast_exp<T>(v[p][k] - shift);
+                const float e = expf(v[p][k] - shift);
                 if (!LOG) v[p][k] = e;
                 part_add<T>(es, ec, e);
             } else {
@@ -364,17 +311,11 @@ __device__ __forceinline__ void softmax_fast(const T* __restrict__ x, T* __restr
     const double ls = LOG ? log(s) : 0.0;
     EP_FAST_PACKS(P) {
         VT out;
-        if (!LOG && fin) {
-            float o[V];
 #pragma unroll
-            for (int k = 0; k < V; ++k) o[k] = v[p][k] * inv;
-            pack(out, o);
-        } else {
-#pragma unroll
-            for (int k = 0; k < V; ++k) {
-                if (LOG) out.v[k] = round_from64<T>(((double)v[p][k] - (double)shift) - ls);
-                else out.v[k] = round_from64<T>(exp_slow((double)v[p][k]) / s);
-            }
+        for (int k = 0; k < V; ++k) {
+            if (LOG) out.v[k] = round_from64<T>(((double)v[p][k] - (double)shift) - ls);
+            else if (fin) out.v[k] = round_from32<T>(v[p][k] * inv);
+            else out.v[k] = round_from64<T>(exp_slow((double)v[p][k]) / s);
         }
         yv[EP_FAST_J(p)] = out;
     }
@@ -399,9 +340,12 @@ __device__ __forceinline__ void norm_fast(const T* __restrict__ x, const T* __re
     W v[P][V];
     float ms = 0.0f, mc = 0.0f;
     EP_FAST_PACKS(P) {
-        unpack(xv[EP_FAST_J(p)], v[p]);
+        VT q = xv[EP_FAST_J(p)];
 #pragma unroll
-        for (int k = 0; k < V; ++k) part_add<T>(ms, mc, v[p][k]);
+        for (int k = 0; k < V; ++k) {
+            v[p][k] = to_f32(q.v[k]);
+            part_add<T>(ms, mc, v[p][k]);
+        }
     }
     W mean = (W)0;
     if (!RMS) mean = round_from64<W>(row_reduce<SumF64>(part_value<T>(ms, mc), shd) / n);
@@ -420,17 +364,15 @@ __device__ __forceinline__ void norm_fast(const T* __restrict__ x, const T* __re
     const VT* bv = reinterpret_cast<const VT*>(bias);
     EP_FAST_PACKS(P) {
         const long long j = EP_FAST_J(p);
-        VT out;
-        float sc[V], b[V], o[V];
-        unpack(sv[j], sc);
-        if (bias) unpack(bv[j], b);
+        VT sc = sv[j], b, out;
+        if (bias) b = bv[j];
 #pragma unroll
         for (int k = 0; k < V; ++k) {
             W d = v[p][k] - mean;
-            o[k] = d * inv * sc[k];
-            if (bias) o[k] = o[k] + b[k];
+            W o = d * inv * to_f32(sc.v[k]);
+            if (bias) o = o + to_f32(b.v[k]);
+            out.v[k] = round_from32<T>(o);     // o is a float: the same single rounding
         }
-        pack(out, o);                          // o is a float: the same single rounding
         yv[j] = out;
     }
     if (active && threadIdx.x == 0) {
