@@ -66,14 +66,19 @@ class NodeArg:
 
 
 def resolve_providers(requested: Sequence[str] | None, runtime: Runtime) -> list[str]:
-    """Validate ``requested`` against the registry; ``None`` means all available, best first.
+    """Validate ``requested`` against the registry; ``None`` means the comma-separated list in
+    the ``ONNX_EP_PROVIDERS`` environment variable when it is set, else all available, best
+    first.
 
     :raises ProviderUnavailable: for an unknown or unavailable provider.
     """
     reg = runtime.registry
     available = reg.available()
     if requested is None:
-        return available
+        env = [p.strip() for p in os.environ.get("ONNX_EP_PROVIDERS", "").split(",") if p.strip()]
+        if not env:
+            return available
+        requested = env
     out: list[str] = []
     for name in requested:
         if not isinstance(name, str):

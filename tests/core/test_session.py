@@ -219,7 +219,8 @@ def test_unknown_provider_is_a_clear_error():
     assert e.value.provider == "warp" and "cpu_reference" in str(e.value)
 
 
-def test_cuda_without_a_usable_gpu_is_a_clear_error():
+def test_cuda_without_a_usable_gpu_is_a_clear_error(monkeypatch):
+    monkeypatch.delenv("ONNX_EP_PROVIDERS", raising=False)   # the real default below
     if "cuda" in onnx_ep.available_providers():
         pytest.skip("this machine has a usable GPU")
     with pytest.raises(ProviderUnavailable, match="'cuda' is unavailable: .+Available providers: "
@@ -227,6 +228,19 @@ def test_cuda_without_a_usable_gpu_is_a_clear_error():
         onnx_ep.Session(mlp_model(), providers=["cuda"])
     # providers=None picks what is available: cpu_reference here
     assert onnx_ep.Session(mlp_model()).get_providers() == ["cpu_reference"]
+
+
+def test_onnx_ep_providers_names_the_default_provider_list(monkeypatch):
+    monkeypatch.setenv("ONNX_EP_PROVIDERS", " cpu_reference , ")
+    assert onnx_ep.Session(mlp_model()).get_providers() == ["cpu_reference"]
+    monkeypatch.setenv("ONNX_EP_PROVIDERS", "warp")
+    with pytest.raises(ProviderUnavailable, match="'warp'"):
+        onnx_ep.Session(mlp_model())
+    # an explicit providers= wins over the variable
+    assert onnx_ep.Session(mlp_model(), providers=["cpu_reference"]).get_providers() == \
+        ["cpu_reference"]
+    monkeypatch.delenv("ONNX_EP_PROVIDERS")
+    assert onnx_ep.Session(mlp_model()).get_providers() == onnx_ep.available_providers()
 
 
 def test_options_from_toml(tmp_path):
