@@ -265,9 +265,16 @@ class IOBinding:
     def bind_cpu_input(self, name: str, array: np.ndarray) -> None:
         self.bind_input(name, np.asarray(array))
 
-    def bind_output(self, name: str, device: str | Tensor = HOST) -> None:
+    def bind_output(self, name: str, device: str | Tensor = HOST, device_id: int = 0, *,
+                    device_type: str | None = None) -> None:
         """Return output ``name`` on ``device`` (``"cpu"``, ``"cuda"``) or write it into a
-        preallocated Tensor of the output's dtype and shape."""
+        preallocated Tensor of the output's dtype and shape.
+
+        ``device_type=`` / ``device_id`` are onnxruntime's spelling of the same
+        (``bind_output("y", device_type="cuda", device_id=0)``).
+        """
+        if device_type is not None:
+            device = device_type if device_type == HOST else f"{device_type}:{device_id}"
         if name not in self.session._output_index:
             known = ", ".join(self.session._output_index)
             raise FeedError(f"unknown output {name!r}; the model's outputs are: {known}")
@@ -275,6 +282,12 @@ class IOBinding:
             raise FeedError(f"bind_output({name!r}) takes a device string or an "
                             f"onnx_ep.Tensor, got {type(device).__name__}")
         self._outputs[name] = device
+
+    def synchronize_inputs(self) -> None:
+        """Nothing to wait for: bound device inputs were ready when they were bound."""
+
+    def synchronize_outputs(self) -> None:
+        """Nothing to wait for: ``run_with_iobinding`` waits for its outputs before returning."""
 
     def clear_binding_inputs(self) -> None:
         self._inputs.clear()

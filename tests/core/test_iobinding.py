@@ -154,6 +154,14 @@ def test_iobinding_outputs_on_host_device_and_into_preallocated_tensors():
     s.run_with_iobinding(b)
     assert b.get_outputs()[0] is host_out
     np.testing.assert_array_equal(host_out.numpy(), ey)
+    # onnxruntime's spelling of a device output
+    b.clear_binding_outputs()
+    b.bind_output("y", device_type="fake", device_id=0)
+    s.run_with_iobinding(b)
+    b.synchronize_outputs()
+    (y_dev,) = b.get_outputs()
+    assert y_dev.device == "fake:0"
+    np.testing.assert_array_equal(y_dev.numpy(), ey)
     # nothing bound: every output, on the host
     b.clear_binding_outputs()
     s.run_with_iobinding(b)
