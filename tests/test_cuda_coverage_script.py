@@ -40,3 +40,15 @@ def test_coverage_script_lists_cases_not_on_cuda(monkeypatch, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert any(line.startswith("test_loop11 | Loop") for line in lines)
     assert not any(line.startswith("test_abs ") for line in lines)
+
+
+def test_coverage_script_plans_cases_at_their_input_shapes(monkeypatch, capsys):
+    from onnx_ep.providers.cuda import runtime
+
+    monkeypatch.setattr(runtime, "is_available", runtime.is_available)
+    spec = importlib.util.spec_from_file_location("cuda_coverage", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    # an expanded function whose constants are uploaded: sized at plan time, all on cuda
+    assert mod.main(["-k", r"^test_celu_expanded$", "--plan"]) == 0
+    assert "planned CUDA coverage: 1 of 1 cases" in capsys.readouterr().out
