@@ -9,11 +9,11 @@ at run time where a device output cannot be sized).
 
 With ``--plan`` it also plans each case at its first data set's input shapes, as a
 session does, and counts the nodes the planner sends back to the host because a device
-buffer's size is unknown at plan time. At 731ec76 (onnx 1.23.2 here) it predicted 1,451
-cases; the H200 run measured 1,347 (onnx 1.23.1 there): every case it counted as off cuda was
-off cuda there, and the 104 it over-counts are all expanded Attention/FlexAttention cases and
-test_constant, which ran a few nodes on the host on the GPU for a reason this model of the
-planner does not see (a GPU run says which).
+buffer's size is unknown at plan time. Cases whose planning asks the driver (cuBLASLt's
+workspace query for MatMul/Gemm/Conv) cannot be planned without a GPU and are counted by
+static placement. At 731ec76 it predicted 1,451 cases against the H200's 1,347: every case it
+counted as off cuda was off cuda there, and 103 of the 104 it over-counts are such unplannable
+cases (expanded Attention/FlexAttention; the 104th is test_constant).
 
 ``python scripts/cuda_coverage.py [-k REGEX] [--ops] [--cases] [--plan] [--json FILE]``
 """
