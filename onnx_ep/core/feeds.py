@@ -77,13 +77,12 @@ class FeedBinder:
         bound: dict[str, tuple[int, str]] = {}
         for v, a in zip(self.inputs, arrays):
             expected = describe(v)
-            if isinstance(a, Tensor):               # a device tensor: check its metadata
-                a = _Meta(a.dtype, a.shape)
-            if v.kind in ("tensor", "unknown") and not isinstance(a, (np.ndarray, _Meta)):
+            # a device Tensor is checked through its dtype and shape like an array
+            if v.kind in ("tensor", "unknown") and not isinstance(a, (np.ndarray, Tensor)):
                 raise FeedError(f"input {v.name!r} expects a numpy array ({expected}), got "
                                 f"{type(a).__name__}; wrap it with np.asarray(..., dtype=...)",
                                 input_name=v.name, expected=expected, got=type(a).__name__)
-            if not isinstance(a, (np.ndarray, _Meta)) or not v.elem_type:
+            if not isinstance(a, (np.ndarray, Tensor)) or not v.elem_type:
                 continue
             want_dt = np_dtype(v.elem_type)
             if a.dtype != want_dt and not (want_dt == np.dtype(object) and a.dtype.kind in "OUS"):
@@ -112,15 +111,6 @@ class FeedBinder:
                             f"input {prev[1]!r} bound {want!r} = {prev[0]}; inputs sharing a "
                             f"symbolic dim must agree", input_name=v.name, expected=expected,
                             got=f"{a.dtype}{list(a.shape)}")
-
-
-class _Meta:
-    """dtype and shape of a device feed, for validation."""
-
-    def __init__(self, dtype: np.dtype, shape: tuple[int, ...]) -> None:
-        self.dtype = dtype
-        self.shape = shape
-        self.ndim = len(shape)
 
 
 def shape_str(shape: Sequence[Any]) -> str:

@@ -72,6 +72,8 @@ class Program:
     no_workspaces: list[None] = attrs.Factory(list)
     #: per step, the outputs list a run starts from when nothing is pre-bound
     no_prebound: list[tuple[None, ...]] = attrs.Factory(list)
+    #: :func:`program_io`'s answer, computed on first use (device feeds and outputs)
+    io: ProgramIO | None = None
 
 
 def build_program(graph: Graph, placement: Placement, *,
@@ -190,20 +192,23 @@ class ProgramIO:
 
 
 def program_io(program: Program) -> ProgramIO:
-    """The :class:`ProgramIO` of ``program``."""
+    """The :class:`ProgramIO` of ``program`` (computed once, kept on the program)."""
+    if program.io is not None:
+        return program.io
     pos_of = {s: i for i, s in enumerate(program.input_slots)}
     host_read: set[int] = set()
-    for st in program.steps:
+    download_of: dict[int, int] = {}          # host slot -> the copy step that fills it
+    for i, st in enumerate(program.steps):
         # a copy that reads an input is its upload (device-to-device for a device feed)
         if st.placed is not None and st.placed.device == "cpu":
             host_read.update(pos_of[s] for s in st.in_slots if s in pos_of)
+        elif st.copy is not None and st.copy.to_host:
+            download_of[st.out_slots[0]] = i
     host_read.update(pos_of[s] for s in program.output_slots if s in pos_of)
-    downloads: dict[int, int] = {}
-    for pos, out in enumerate(program.output_slots):
-        for i, st in enumerate(program.steps):
-            if st.copy is not None and st.copy.to_host and st.out_slots == (out,):
-                downloads[pos] = i
-    return ProgramIO(frozenset(host_read), downloads)
+    downloads = {pos: download_of[out] for pos, out in enumerate(program.output_slots)
+                 if out in download_of}
+    program.io = ProgramIO(frozenset(host_read), downloads)
+    return program.io
 
 
 class CopyCall:

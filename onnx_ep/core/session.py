@@ -26,7 +26,6 @@ from onnx_ep.core.device import DeviceBinding
 from onnx_ep.core.executor import Executor
 from onnx_ep.core.feeds import FeedBinder
 from onnx_ep.core.tensor import HOST, IOBinding, Tensor, device_type
-from onnx_ep.core.tensor import _io_stream as _tensor_io_stream
 from onnx_ep.core.graph import (
     Graph,
     Value,
@@ -135,7 +134,6 @@ class Session:
         self._programs: dict[frozenset[str], Program] = {}
         self._program: Program = self._build_program()
         self._last_program: Program | None = None
-        self._io: dict[int, Any] = {}
         self._plans: dict[tuple[Any, ...], ExecutionPlan] = {}
         self._lock = threading.Lock()
         self._run_lock = threading.Lock()
@@ -403,9 +401,7 @@ class Session:
                    wanted: set[int] | None) -> tuple[list[Any], frozenset[int]]:
         """Device feeds as the executor takes them; the downloads to skip (outputs kept on
         the device or not wanted)."""
-        io = self._io.get(id(program))
-        if io is None:
-            io = self._io[id(program)] = program_io(program)
+        io = program_io(program)
         dev = self._device.device if self._device is not None else None
         out = list(arrays)
         for i, a in enumerate(arrays):
@@ -422,15 +418,14 @@ class Session:
     def _copy_out(self, program: Program, outs: list[Any], keep: dict[int, Any]) -> list[Any]:
         """Copy device outputs wanted on the device into their own Tensors, then wait."""
         assert self._device is not None
-        io = self._io[id(program)]
-        rt, stream = self._device.runtime, self._device.stream
+        io = program_io(program)
+        rt, stream, dev = self._device.runtime, self._device.stream, self._device.device
         outs = list(outs)
         for pos, target in keep.items():
             if pos not in io.downloads:
                 continue                      # produced on the host: handled by the caller
             src = outs[pos]
             name = self._graph.outputs[pos].name
-            dev = self._device.device
             if isinstance(target, Tensor):
                 if target.device_type != dev:
                     raise FeedError(f"output {name!r} is bound to a tensor on {target.device} "
@@ -579,13 +574,7 @@ def _check_like(target: Tensor, value: Any, name: str) -> None:
 def _into(target: Tensor, value: Any, name: str) -> Tensor:
     """Write a host ``value`` into the preallocated ``target``."""
     _check_like(target, value, name)
-    if target.is_host:
-        np.copyto(target.value, value)
-    else:
-        rt = target._runtime
-        stream = _tensor_io_stream(rt)
-        rt.upload(np.asarray(value), target.value, stream)
-        rt.synchronize(stream)
+    target.copy_from(value)
     return target
 
 

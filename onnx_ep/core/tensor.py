@@ -159,10 +159,17 @@ class Tensor:
         if device == HOST:
             return cls(host)
         t = cls.empty(host.shape, host.dtype, device, runtime)
-        stream = _io_stream(t._runtime)
-        t._runtime.upload(host, t.value, stream)
-        t._runtime.synchronize(stream)
+        t.copy_from(host)
         return t
+
+    def copy_from(self, array: Any) -> None:
+        """Overwrite this tensor with host ``array`` (same dtype and shape); waits for it."""
+        if self.is_host:
+            np.copyto(self.value, array)
+            return
+        stream = _io_stream(self._runtime)
+        self._runtime.upload(np.asarray(array, order="C"), self.value, stream)
+        self._runtime.synchronize(stream)
 
     @classmethod
     def from_dlpack(cls, obj: Any) -> Tensor:
