@@ -43,8 +43,8 @@ from onnx_ep.core.planner import (
     build_program,
     infer_specs,
     plan_signature,
+    plan_with_host_fallback,
     program_io,
-    unsized_device_steps,
 )
 from onnx_ep.errors import FeedError, OnnxEpWarning, PlanError, ProviderUnavailable
 from onnx_ep.plugins.admission import forced_admission
@@ -227,10 +227,9 @@ class Session:
                 self._weights = self.memory_policy.store = pager
         elif self.memory_policy.streams:
             host = {slot: arr for slot, arr in self._program.constants}
-            needs = [sum(host[c].nbytes for c in st.const_reads)
-                     for st in self._program.steps]
-            self._weights = WeightStore(host, needs, self.memory_policy.window_bytes,
-                                        self._authority, self.holder)
+            self._weights = WeightStore(host, [st.const_reads for st in self._program.steps],
+                                        self.memory_policy.window_bytes, self._authority,
+                                        self.holder)
             self.memory_policy.store = self._weights
             self._held.append(self._weights.reservation)
         elif self._graph.weight_bytes:
@@ -455,12 +454,10 @@ class Session:
                 specs = infer_specs(None, self._graph, [])
             device = self._device
             dev = device.device if device is not None else None
-            plan = plan_signature(self._program, signature, dict(specs), dev)
-            if device is not None:
-                # nodes the device cannot size at this signature run on the host instead;
-                # moving one can leave a neighbour unsized, so repeat to a fixed point
-                host_only: frozenset[str] = frozenset()
-                while unsized := unsized_device_steps(plan, device.device):
+            if device is None:
+                plan = plan_signature(self._program, signature, dict(specs), dev)
+            else:
+                def fallback(unsized: list[str]) -> None:
                     if not any(self._runtime.registry.providers[p].device == HOST
                                for p in self._providers):
                         raise PlanError(
@@ -469,11 +466,12 @@ class Session:
                             f"{_sig_str(signature)} (it depends on values computed on the "
                             f"device), and no host provider is listed to run them; add "
                             f"'cpu_reference' to providers=")
-                    host_only |= frozenset(unsized)
                     log.info("signature %s: node(s) %s fall back to the host: sizes unknown "
                              "at plan time", signature, unsized[:5])
-                    plan = plan_signature(self._build_program(host_only), signature,
-                                          dict(specs), dev)
+
+                # nodes the device cannot size at this signature run on the host instead
+                plan = plan_with_host_fallback(self._build_program, signature, specs,
+                                               device.device, fallback)
                 # a device plan holds its arena and workspaces for the session's life: admit
                 # the whole of it now, before any run uses it
                 ws = plan.workspace

@@ -66,12 +66,14 @@ class WeightStore:
     bind time (:exc:`CapacityUnavailable`), not halfway through a run.
     """
 
-    def __init__(self, host: Mapping[int, np.ndarray], step_needs: Sequence[int],
+    def __init__(self, host: Mapping[int, np.ndarray], step_reads: Sequence[Sequence[int]],
                  window_bytes: int | None, authority: DeviceMemoryAuthority,
                  holder: str) -> None:
+        """:param step_reads: per step, the weight slots it reads (paged in together)."""
         self.host = dict(host)
         self._sizes = {s: authority.round_up(a.nbytes) for s, a in self.host.items()}
-        need = max(step_needs, default=0)
+        # a step's need in the same granule-rounded bytes page_in charges the window
+        need = max((sum(self._sizes[s] for s in reads) for reads in step_reads), default=0)
         total = sum(self._sizes.values())
         if window_bytes is None:
             window_bytes = min(total, max(need, authority.available // 2))

@@ -72,3 +72,20 @@ def test_a_plugin_policy_hook_wins_over_the_builtins():
     assert s.memory_policy.name == "weight_streaming"
     s.run(None, {"x": X})
     assert s.resources()["policy"]["counters"]["window_bytes"] == 300 * 1024
+
+
+def test_a_step_is_measured_in_the_window_granules_page_in_charges():
+    """Two 40-byte weights read by one step need two 64-byte host granules (128 bytes): a
+    100-byte window is refused at bind time, not with a failure halfway through a run."""
+    from onnx_ep.core.memory import DeviceMemoryAuthority
+    from onnx_ep.plugins.policies import WeightStore
+
+    authority = DeviceMemoryAuthority("cpu-test", 1 << 20)
+    host = {0: np.zeros(10, np.float32), 1: np.ones(10, np.float32)}
+    with pytest.raises(CapacityUnavailable, match="reads 128 weight bytes"):
+        WeightStore(host, [(0, 1)], 100, authority, "t")
+    store = WeightStore(host, [(0, 1)], 128, authority, "t")
+    a, b = store.page_in((0, 1))
+    np.testing.assert_array_equal(b, host[1])
+    store.close()
+    assert authority.committed == 0
