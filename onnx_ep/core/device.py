@@ -56,7 +56,6 @@ class DeviceBinding:
         self._placed = False
         #: the weight pager when the session streams weights, else None
         self.pager: DevicePager | None = None
-        self.weight_bytes = 0
 
     def _allocate(self, nbytes: int, role: Role) -> Any:
         r = self.authority.reserve(nbytes, role, self.holder)
@@ -101,7 +100,6 @@ class DeviceBinding:
         alloc = self._allocate(max(spec.nbytes, 1), Role.WEIGHTS)
         self._uploaded[name] = self.runtime.upload(
             arr, self.runtime.tensor(alloc, 0, spec), self.stream)
-        self.weight_bytes += spec.nbytes
 
     def place_weights(self, program: Program, *, streaming: bool,
                       window_bytes: int | None = None) -> None:
@@ -128,7 +126,6 @@ class DeviceBinding:
             self.pager = DevicePager(self.runtime, [(n, pending[n]) for n in order], reads,
                                      window_bytes, self.authority, self.holder, self.stream)
             self._uploaded = {n: self.pager.views[n] for n in pending}
-            self.weight_bytes = sum(int(a.nbytes) for a in pending.values())
         else:
             for n, arr in pending.items():
                 self._upload(n, arr)

@@ -15,7 +15,7 @@ import numpy as np
 
 from onnx_ep.core.graph import Graph
 from onnx_ep.core.kernel import ExecutionContext, WorkspaceView
-from onnx_ep.core.placement import place
+from onnx_ep.core.placement import HOST, place
 from onnx_ep.core.planner import Program, Step, build_program
 from onnx_ep.core.registry import KernelRegistry
 from onnx_ep.errors import KernelContractError, NodeError, OnnxEpError, RunCancelled
@@ -26,10 +26,9 @@ class Executor:
 
     def __init__(self, registry: KernelRegistry, providers: Sequence[str]) -> None:
         self.registry = registry
-        self.providers = list(providers)
         # subgraphs run unplanned (their shapes change per iteration), so only on host
         # providers, whose kernels need no pre-bound device buffers
-        self.host_providers = [p for p in providers if registry.providers[p].device == "cpu"]
+        self.host_providers = [p for p in providers if registry.providers[p].device == HOST]
         self._subprograms: dict[int, Program] = {}
 
     def program_for(self, graph: Graph) -> Program:

@@ -275,7 +275,6 @@ class ExecutionPlan:
     signature: tuple[Any, ...]
     program: Program
     specs: dict[str, TensorSpec | None]
-    metas: list[NodeMeta | None]            # aligned with steps; None for copies
     workspace: WorkspacePlan
     arena: ArenaPlan
     #: per step, the device tensors its outputs are written into (device sessions), else None
@@ -287,15 +286,14 @@ class ExecutionPlan:
 def infer_specs(light_model: onnx.ModelProto | None, graph: Graph,
                 input_specs: Sequence[TensorSpec]) -> dict[str, TensorSpec | None]:
     """Concrete specs of every value at these input shapes, via onnx shape inference."""
-    specs: dict[str, TensorSpec | None] = {
-        v.name: s for v, s in zip(graph.inputs, input_specs)}
+    by_name = {v.name: s for v, s in zip(graph.inputs, input_specs)}
+    specs: dict[str, TensorSpec | None] = dict(by_name)
     for k, arr in graph.initializers.items():
         specs[k] = TensorSpec(arr.dtype, arr.shape)
     if light_model is None:
         return specs
     m = onnx.ModelProto()
     m.CopyFrom(light_model)
-    by_name = {v.name: s for v, s in zip(graph.inputs, input_specs)}
     for vi in m.graph.input:
         s = by_name.get(vi.name)
         if s is None or vi.type.WhichOneof("value") != "tensor_type":
@@ -319,7 +317,6 @@ def plan_signature(program: Program, signature: tuple[Any, ...],
     """Ask every kernel its workspace at these shapes; compute peaks and activation sizes."""
     graph = program.graph
     per_step: list[WorkspaceRequirement] = []
-    metas: list[NodeMeta | None] = []
     step_peak = session_peak = 0
     offsets: list[int] = []
     for st in program.steps:
@@ -328,7 +325,6 @@ def plan_signature(program: Program, signature: tuple[Any, ...],
             if st.copy is not None:                   # a copy keeps its source's spec
                 specs[st.copy.dst] = specs.get(st.copy.src)
             per_step.append(WorkspaceRequirement.NONE)
-            metas.append(None)
             continue
         meta = node_meta(st.placed.node, graph, specs)
         infer = getattr(st.placed.kernel, "infer_outputs", None)
@@ -341,7 +337,6 @@ def plan_signature(program: Program, signature: tuple[Any, ...],
                                                   or not specs[name].is_static):
                     specs[name] = spec
             meta = node_meta(st.placed.node, graph, specs)
-        metas.append(meta)
         req = st.placed.kernel.workspace_requirement(meta)
         if not isinstance(req, WorkspaceRequirement):
             raise KernelContractError(
@@ -352,7 +347,7 @@ def plan_signature(program: Program, signature: tuple[Any, ...],
             session_peak += -(-req.nbytes // ARENA_ALIGNMENT) * ARENA_ALIGNMENT
         else:
             step_peak = max(step_peak, req.nbytes)
-    return ExecutionPlan(signature, program, specs, metas,
+    return ExecutionPlan(signature, program, specs,
                          WorkspacePlan(tuple(per_step), step_peak, session_peak,
                                        tuple(offsets)),
                          plan_arena(program, specs, device))
@@ -385,6 +380,26 @@ def step_device(step: Step) -> str:
     if step.copy is not None:
         return step.copy.dst_device
     return step.placed.device if step.placed is not None else "cpu"
+
+
+def plan_with_host_fallback(build: Any, signature: tuple[Any, ...],
+                            specs: dict[str, TensorSpec | None], device: str,
+                            on_fallback: Any = None) -> ExecutionPlan:
+    """Plan ``build(frozenset())`` at ``signature``; while device nodes cannot be sized, plan
+    ``build(host_only)`` with them moved to the host (moving one can leave a neighbour
+    unsized, so this repeats to a fixed point).
+
+    :param build: ``host_only -> Program``. :param on_fallback: called with the unsized node
+        names before each re-plan (it may raise).
+    """
+    host_only: frozenset[str] = frozenset()
+    plan = plan_signature(build(host_only), signature, dict(specs), device)
+    while unsized := unsized_device_steps(plan, device):
+        if on_fallback is not None:
+            on_fallback(unsized)
+        host_only |= frozenset(unsized)
+        plan = plan_signature(build(host_only), signature, dict(specs), device)
+    return plan
 
 
 def unsized_device_steps(plan: ExecutionPlan, device: str) -> list[str]:

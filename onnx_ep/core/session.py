@@ -458,8 +458,7 @@ class Session:
                 plan = plan_signature(self._program, signature, dict(specs), dev)
             else:
                 def fallback(unsized: list[str]) -> None:
-                    if not any(self._runtime.registry.providers[p].device == HOST
-                               for p in self._providers):
+                    if not self._executor.host_providers:
                         raise PlanError(
                             f"node(s) {', '.join(map(repr, unsized[:5]))} on {device.device}: "
                             f"an input or output size is unknown at plan time for inputs "

@@ -282,9 +282,7 @@ class IOBinding:
         """
         if device_type is not None:
             device = device_type if device_type == HOST else f"{device_type}:{device_id}"
-        if name not in self.session._output_index:
-            known = ", ".join(self.session._output_index)
-            raise FeedError(f"unknown output {name!r}; the model's outputs are: {known}")
+        self.session._output_positions([name])     # an unknown name: FeedError, as run()
         if not isinstance(device, (str, Tensor)):
             raise FeedError(f"bind_output({name!r}) takes a device string or an "
                             f"onnx_ep.Tensor, got {type(device).__name__}")
