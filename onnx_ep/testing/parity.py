@@ -25,7 +25,7 @@ from onnx_ep.core.kernel import Parity
 from onnx_ep.core.placement import PlacedNode
 from onnx_ep.errors import OnnxEpError
 from onnx_ep.testing.rewrite import expose_intermediates, isolate_node, node_protos_by_outputs
-from onnx_ep.testing.ulp import Diff, judge
+from onnx_ep.testing.ulp import Diff, bytes_equal, judge
 
 #: how a node's outputs were obtained for the per-node comparison
 SHARED = "shared"          # its inputs were byte-equal in the full run: compared there
@@ -313,10 +313,8 @@ def _host(value: Any) -> Any:
 
 
 def _same(a: Any, b: Any) -> bool:
-    """Byte-identical values (a value missing on one side counts as the same: a model input)."""
-    if a is None or b is None:
-        return a is None and b is None
-    return judge(a, b, Parity.EXACT).bytes_equal
+    """Byte-identical values (missing on both sides counts as the same)."""
+    return bytes_equal(a, b)
 
 
 # ---------------------------------------------------------------- formatting

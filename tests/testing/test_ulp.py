@@ -160,3 +160,17 @@ def test_dtype_shape_and_sequence_mismatches() -> None:
     seq = judge([a, a + 1], [a, np.nextafter(a + 1, np.float32(9))], Parity.ulp(1))
     assert seq.kept and seq.max_ulp == 1 and not seq.bytes_equal
     assert judge(None, None, Parity.EXACT).kept and not judge(a, None, Parity.EXACT).kept
+
+
+def test_bytes_equal_agrees_with_judge_without_measuring():
+    from onnx_ep.core.kernel import Parity
+    from onnx_ep.testing.ulp import bytes_equal, judge
+
+    a = np.array([1.0, np.nan, -0.0], np.float32)
+    pairs = [(a, a.copy()), (a, np.array([1.0, np.nan, 0.0], np.float32)),
+             (a, a.astype(np.float64)), (a, a[:2]),
+             (np.array(["x", "y"], object), np.array(["x", "y"], object)),
+             (np.array(["x"], object), np.array(["z"], object))]
+    for x, ref in pairs:
+        assert bytes_equal(x, ref) == judge(x, ref, Parity.EXACT).bytes_equal, (x, ref)
+    assert bytes_equal(None, None) and not bytes_equal(a, None)

@@ -10,11 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-
-def is_float(dtype: np.dtype) -> bool:
-    """True for every floating type, ml_dtypes ones (bfloat16, float8) included."""
-    dt = np.dtype(dtype)
-    return dt.kind == "f" or (dt.kind == "V" and "float" in dt.name)
+from onnx_ep.providers.cpu_reference.numerics import is_float  # noqa: F401 - re-exported
 
 
 def compute_dtype(dtype: np.dtype) -> np.dtype:

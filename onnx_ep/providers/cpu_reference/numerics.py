@@ -29,6 +29,7 @@ ML_INTS: frozenset[np.dtype] = frozenset(np.dtype(t) for t in (
 
 def is_float(dt: np.dtype) -> bool:
     """True for every floating point format, numpy's or ml_dtypes'."""
+    dt = np.dtype(dt)
     return dt.kind == "f" or dt in ML_FLOATS
 
 
