@@ -61,38 +61,34 @@ class _NoCopies:
     """Stands in for the device runtime of copy steps: planning never copies."""
 
 
-def unsized_at_plan(proto, graph, registry, case) -> list[tuple[str, str]]:
+def unsized_at_plan(light, graph, registry, case) -> list[tuple[str, str]]:
     """``[(op_type, reason)]`` for device nodes the planner would send to the host at the
     case's first data set's input shapes (the session's fixed-point loop)."""
     from onnx.backend.test.runner import _normalize_tensor  # noqa: PLC2701 - onnx's own helper
 
-    from onnx_ep.core.graph import light_model_for_inference
     from onnx_ep.core.kernel import TensorSpec
     from onnx_ep.core.placement import place
-    from onnx_ep.core.planner import (build_program, infer_specs, plan_signature,
-                                      unsized_device_steps)
+    from onnx_ep.core.planner import build_program, infer_specs, plan_with_host_fallback
 
     inputs, _ = case.data_sets[0]
     arrays = [_normalize_tensor(x) for x in inputs]
     if len(arrays) != len(graph.inputs) or not all(hasattr(a, "shape") for a in arrays):
         return []                      # sequences / optionals: static placement only
     specs_in = [TensorSpec(a.dtype, a.shape) for a in arrays]
-    specs = infer_specs(light_model_for_inference(proto), graph, specs_in)
-    host_only: frozenset[str] = frozenset()
+    specs = infer_specs(light, graph, specs_in)
     ops = {n.name: n.op_type for n in graph.nodes}
-    while True:
+    moved: list[str] = []
+
+    def build(host_only: frozenset[str]):
         placement = place(graph, registry, ["cuda", "cpu_reference"], host_only)
         # uploaded initializers are program constants (host arrays stand in for the device
         # copies: nothing runs)
-        program = build_program(graph, placement, runtimes={"cuda": _NoCopies()},
-                                device_constants={c.dst: graph.initializers[c.src]
-                                                  for c in placement.uploads})
-        plan = plan_signature(program, (), dict(specs), "cuda")
-        unsized = unsized_device_steps(plan, "cuda")
-        if not unsized:
-            break
-        host_only |= frozenset(unsized)
-    return [(ops[n], "size unknown at plan time (runs on the host)") for n in sorted(host_only)]
+        return build_program(graph, placement, runtimes={"cuda": _NoCopies()},
+                             device_constants={c.dst: graph.initializers[c.src]
+                                               for c in placement.uploads})
+
+    plan_with_host_fallback(build, (), specs, "cuda", moved.extend)   # the session's loop
+    return [(ops[n], "size unknown at plan time (runs on the host)") for n in sorted(moved)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     cuda_runtime.is_available = lambda: Support.YES  # placement only: nothing launches
     registry = build_runtime(()).registry
     skips = load_skips()
-    cases = [c for c in load_cases(args.pattern) if c.name not in skips]
+    all_cases = load_cases(args.pattern)
+    cases = [c for c in all_cases if c.name not in skips]
     per_case: dict[str, list[tuple[str, str]]] = {}
     unplannable: list[str] = []
     for case in cases:
@@ -116,17 +113,18 @@ def main(argv: list[str] | None = None) -> int:
             warnings.simplefilter("ignore")
             try:
                 proto = case.model
-                graph = build_graph(proto, light_model_for_inference(proto))
+                light = light_model_for_inference(proto)
+                graph = build_graph(proto, light)
                 per_case[case.name] = declined(graph, registry)
                 if args.plan and not per_case[case.name]:
                     try:
-                        per_case[case.name] = unsized_at_plan(proto, graph, registry, case)
+                        per_case[case.name] = unsized_at_plan(light, graph, registry, case)
                     except Exception:   # a kernel asked the driver at plan time (no GPU here)
                         unplannable.append(case.name)
             except Exception as exc:  # a model we cannot even build counts as not on CUDA
                 per_case[case.name] = [("?", f"{type(exc).__name__}: {exc}"[:200])]
     pure = sum(1 for v in per_case.values() if not v)
-    total = len(load_cases(args.pattern))
+    total = len(all_cases)
     print(f"{'planned' if args.plan else 'static'} CUDA coverage: {pure} of {total} cases "
           f"entirely on cuda "
           f"({100.0 * pure / max(total, 1):.1f}%); {len(skips)} skipped cases count as not")
