@@ -153,11 +153,8 @@ class OneHot(CpuKernel):
             raise self.fail(ctx, f"values must hold [off_value, on_value], got shape "
                                  f"{values.shape}")
         off, on = values.reshape(-1)
-        axis = ctx.node.attr("axis", -1)
         r = indices.ndim
-        if not -r - 1 <= axis <= r:
-            raise self.fail(ctx, f"axis {axis} is out of range for output rank {r + 1}")
-        axis = axis + r + 1 if axis < 0 else axis
+        axis = normalize_axis(ctx, ctx.node.attr("axis", -1), r + 1)   # an axis of the output
         # Float indices truncate toward zero; out-of-range ones give an all-off row (spec).
         idx = np.asarray(indices).astype(np.int64)
         idx = np.where(idx < 0, idx + n, idx)

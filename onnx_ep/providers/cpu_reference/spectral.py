@@ -15,7 +15,7 @@ import numpy as np
 
 from onnx_ep.core.dtypes import np_dtype
 from onnx_ep.core.kernel import ExecutionContext, Parity
-from onnx_ep.providers.cpu_reference.base import CpuKernel, FnKernel
+from onnx_ep.providers.cpu_reference.base import CpuKernel, FnKernel, normalize_axis
 
 _FFT_PARITY = Parity.tolerance(1e-5, 1e-6)
 
@@ -66,9 +66,7 @@ class DFT(CpuKernel):
             axis = -2 if axis_in is None else _scalar_int(ctx, axis_in, "axis")
         else:
             axis = int(node.attr("axis", 1))
-        if not -x.ndim <= axis < x.ndim:
-            raise self.fail(ctx, f"axis {axis} is out of range for shape {x.shape}")
-        axis %= x.ndim
+        axis = normalize_axis(ctx, axis, x.ndim)
         if axis == x.ndim - 1:
             raise self.fail(ctx, f"axis {axis} is the real/imaginary axis of shape {x.shape}")
         inverse = bool(node.attr("inverse", 0))
