@@ -238,6 +238,10 @@ class Session:
                                                       self.holder))
         self._persistent: Reservation | None = None
         self._persistent_buf: np.ndarray | None = None
+        # a weight window (streaming) or a device stream and arena serve one run at a time;
+        # its own lock, so a streaming run does not hold up planning (self._lock)
+        self._serial: Any = (self._run_lock if self._weights is not None
+                             or self._device is not None else contextlib.nullcontext())
         self._finalizer = weakref.finalize(self, _release_all, self._held, self._device)
 
     def _static_peak(self) -> int:
@@ -376,10 +380,7 @@ class Session:
         cancel = (lambda: run_options.terminate) if run_options is not None else None
         try:
             workspaces = self._workspace_views(plan, reservations)
-            # a weight window (streaming) or a device stream and arena serve one run at a time
-            serial = self._lock if self._weights is not None else (
-                self._run_lock if self._device is not None else contextlib.nullcontext())
-            with serial:
+            with self._serial:
                 outs = self._executor.run(plan.program, arrays, workspaces=workspaces,
                                           cancel=cancel, weights=self._weights,
                                           prebound=plan.prebound, skip=skip)
