@@ -7,7 +7,14 @@ from __future__ import annotations
 
 import cProfile
 import io
+import os
 import pstats
+import statistics
+import subprocess
+import timeit
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -44,3 +51,28 @@ def profile_runs(model: onnx.ModelProto, feeds: dict[str, np.ndarray], calls: in
     for key in sorts:
         stats.sort_stats(key).print_stats(top)
     return buf.getvalue()
+
+
+def commit_id() -> str:
+    """The short commit being measured: ``ONNX_EP_COMMIT`` (a tree copied without its own
+    ``.git``, as on a GPU machine), else git's HEAD, else ``"unknown"``."""
+    commit = os.environ.get("ONNX_EP_COMMIT", "")
+    if commit:
+        return commit
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True,
+                              cwd=Path(__file__).resolve().parent).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def time_per_call(fn: Callable[[], Any], repeat: int,
+                  min_time: float) -> tuple[float, float, int]:
+    """(min, median) seconds per call and the calls per timing, timeit-style: each of
+    ``repeat`` timings runs ``fn`` enough times to last about ``min_time`` seconds."""
+    timer = timeit.Timer(fn)
+    number, total = timer.autorange()   # total >= 0.2 s
+    number = max(1, round(number * min_time / total))
+    per_call = [t / number for t in timer.repeat(repeat=repeat, number=number)]
+    return min(per_call), statistics.median(per_call), number

@@ -84,7 +84,7 @@ import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from common import profile_runs  # noqa: E402
+from common import commit_id, profile_runs  # noqa: E402
 
 OPSET = 17
 IR_VERSION = 9
@@ -398,11 +398,7 @@ def profile(model: onnx.ModelProto, feeds: dict[str, np.ndarray], calls: int = 3
     return profile_runs(model, feeds, calls, top, sorts=("tottime", "cumulative"))
 
 def machine(threads: int) -> dict[str, str]:
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
+    commit = commit_id()
     import onnxruntime
     versions = {"python": platform.python_version(), "numpy": np.__version__,
                 "onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__}

@@ -69,7 +69,6 @@ import sys
 import tempfile
 import threading
 import time
-import timeit
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -83,7 +82,7 @@ except ImportError:     # run from a checkout without installing: use the reposi
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import ml_dtypes
-from common import add_chain_model
+from common import add_chain_model, commit_id, time_per_call
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
@@ -304,12 +303,8 @@ class Bench:
 
 
 def measure(fn: Callable[[], Any], repeat: int, min_time: float) -> tuple[float, float]:
-    """(min, median) seconds per call, timeit-style (as benchmarks/overhead.py)."""
-    timer = timeit.Timer(fn)
-    number, total = timer.autorange()
-    number = max(1, round(number * min_time / total))
-    per_call = [t / number for t in timer.repeat(repeat=repeat, number=number)]
-    return min(per_call), statistics.median(per_call)
+    """(min, median) seconds per call, timeit-style (common.time_per_call)."""
+    return time_per_call(fn, repeat, min_time)[:2]
 
 
 T0 = time.perf_counter()
@@ -868,14 +863,7 @@ def bench_cache(b: Bench, cache_root: str, budget: Budget | None = None) -> list
 
 
 def machine(b: Bench | None) -> dict[str, str]:
-    # ONNX_EP_COMMIT names the commit of a tree copied without its own .git (a GPU machine)
-    commit = os.environ.get("ONNX_EP_COMMIT", "")
-    try:
-        commit = commit or subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-            check=True, cwd=Path(__file__).resolve().parent).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
+    commit = commit_id()
     info = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "commit": commit, "python": platform.python_version(), "numpy": np.__version__,
             "command": " ".join(["python", *sys.argv])}

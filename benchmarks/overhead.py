@@ -26,17 +26,14 @@ import datetime
 import json
 import os
 import platform
-import statistics
-import subprocess
 import sys
-import timeit
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import onnx
 
-from common import add_chain_model, profile_runs
+from common import add_chain_model, commit_id, profile_runs, time_per_call
 
 from onnx_ep import Session
 from onnx_ep.demo import build_demo_model, demo_feeds
@@ -78,11 +75,8 @@ def runners(model: onnx.ModelProto,
 
 def measure(fn: Callable[[], Any], repeat: int, min_time: float) -> dict[str, float]:
     """Min and median seconds per call, timeit-style."""
-    timer = timeit.Timer(fn)
-    number, total = timer.autorange()   # total >= 0.2 s
-    number = max(1, round(number * min_time / total))
-    per_call = [t / number for t in timer.repeat(repeat=repeat, number=number)]
-    return {"min_s": min(per_call), "median_s": statistics.median(per_call), "number": number}
+    best, med, number = time_per_call(fn, repeat, min_time)
+    return {"min_s": best, "median_s": med, "number": number}
 
 
 def check_agreement(fns: dict[str, Callable[[], Any]]) -> float:
@@ -143,11 +137,7 @@ def _table(title: str, res: dict[str, Any], per_node: bool) -> str:
 
 
 def machine() -> dict[str, str]:
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
+    commit = commit_id()
     versions = {"python": platform.python_version(), "numpy": np.__version__,
                 "onnx": onnx.__version__}
     try:
