@@ -12,11 +12,12 @@ from __future__ import annotations
 from typing import Any
 
 from onnx_ep.core.graph import Graph
-from onnx_ep.core.kernel import Provider, TensorSpec, WorkspaceLifetime, WorkspaceView
+from onnx_ep.core.kernel import Provider, TensorSpec
 from onnx_ep.core.memory import DeviceMemoryAuthority, Reservation, Role, authority_for
 from onnx_ep.core.pager import DevicePager
 from onnx_ep.core.placement import CopyStep
-from onnx_ep.core.planner import ExecutionPlan, Program, step_aliases, step_device
+from onnx_ep.core.planner import (ExecutionPlan, Program, step_aliases, step_device,
+                                  workspace_views)
 from onnx_ep.errors import PlanError
 
 
@@ -194,20 +195,9 @@ class DeviceBinding:
                 outs.append(self.runtime.tensor(base, off, spec))
             prebound.append(tuple(outs))
         plan.prebound = prebound
-        views: list[WorkspaceView | None] = []
-        for req, off in zip(ws.per_step, ws.session_offsets):
-            if req.nbytes == 0:
-                views.append(None)
-            elif req.lifetime is WorkspaceLifetime.SESSION_PERSISTENT:
-                assert session_ws is not None
-                views.append(WorkspaceView(self.runtime.tensor(
-                    session_ws, off, TensorSpec("uint8", (req.nbytes,))), req.nbytes,
-                    req.lifetime))
-            else:
-                assert step_ws is not None
-                views.append(WorkspaceView(self.runtime.tensor(
-                    step_ws, 0, TensorSpec("uint8", (req.nbytes,))), req.nbytes, req.lifetime))
-        plan.device_workspaces = views
+        plan.device_workspaces = workspace_views(
+            ws, lambda off, n: self.runtime.tensor(session_ws, off, TensorSpec("uint8", (n,))),
+            lambda n: self.runtime.tensor(step_ws, 0, TensorSpec("uint8", (n,))))
 
     def close(self) -> None:
         """Free device memory and release every reservation (idempotent)."""

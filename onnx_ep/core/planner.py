@@ -24,6 +24,7 @@ from onnx_ep.core.kernel import (
     TensorSpec,
     WorkspaceLifetime,
     WorkspaceRequirement,
+    WorkspaceView,
 )
 from onnx_ep.core.placement import CopyStep, Placement, PlacedNode, node_meta
 from onnx_ep.errors import KernelContractError
@@ -373,6 +374,22 @@ class ArenaPlan:
     size: int
     naive_bytes: int
     live_peak_bytes: int
+
+
+def workspace_views(ws: WorkspacePlan, session_view: Any,
+                    step_view: Any) -> list[WorkspaceView | None]:
+    """One workspace view per step of ``ws``: ``None`` without scratch, else a view of
+    ``session_view(offset, nbytes)`` (session-persistent scratch at its planned offset) or of
+    ``step_view(nbytes)`` (the shared per-step buffer). Host and device buffers alike."""
+    views: list[WorkspaceView | None] = []
+    for req, off in zip(ws.per_step, ws.session_offsets):
+        if req.nbytes == 0:
+            views.append(None)
+        elif req.lifetime is WorkspaceLifetime.SESSION_PERSISTENT:
+            views.append(WorkspaceView(session_view(off, req.nbytes), req.nbytes, req.lifetime))
+        else:
+            views.append(WorkspaceView(step_view(req.nbytes), req.nbytes, req.lifetime))
+    return views
 
 
 def step_device(step: Step) -> str:

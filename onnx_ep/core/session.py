@@ -33,7 +33,7 @@ from onnx_ep.core.graph import (
     light_model_for_inference,
     load_model,
 )
-from onnx_ep.core.kernel import TensorSpec, WorkspaceLifetime, WorkspaceView
+from onnx_ep.core.kernel import TensorSpec, WorkspaceView
 from onnx_ep.core.memory import Reservation, Role, allocate_host, authority_for
 from onnx_ep.core.options import RunOptions, SessionOptions
 from onnx_ep.core.placement import place
@@ -45,6 +45,7 @@ from onnx_ep.core.planner import (
     plan_signature,
     plan_with_host_fallback,
     program_io,
+    workspace_views,
 )
 from onnx_ep.errors import FeedError, OnnxEpWarning, PlanError, ProviderUnavailable
 from onnx_ep.plugins.admission import forced_admission
@@ -525,17 +526,9 @@ class Session:
             return None
         step = next((r for r in reservations if r.role is Role.WORKSPACE_STEP), None)
         step_buf = allocate_host(ws.step_peak, step) if step is not None else None
-        views: list[WorkspaceView | None] = []
-        for req, off in zip(ws.per_step, ws.session_offsets):
-            if req.nbytes == 0:
-                views.append(None)
-            elif req.lifetime is WorkspaceLifetime.SESSION_PERSISTENT:
-                assert self._persistent_buf is not None
-                views.append(WorkspaceView(self._persistent_buf[off:off + req.nbytes],
-                                           req.nbytes, req.lifetime))
-            else:
-                views.append(WorkspaceView(step_buf, req.nbytes, req.lifetime))
-        return views
+        persistent = self._persistent_buf
+        return workspace_views(ws, lambda off, n: persistent[off:off + n],   # type: ignore
+                               lambda n: step_buf)
 
     def _output_positions(self, output_names: Sequence[str] | None) -> list[int]:
         if output_names is None:
