@@ -35,6 +35,12 @@ class Role(enum.Enum):
     STAGING = "staging"
 
 
+def align_up(nbytes: int, alignment: int) -> int:
+    """``nbytes`` rounded up to a multiple of ``alignment`` (0 stays 0): THE rounding of
+    ledger charges, arena offsets, session workspaces and weight-region offsets."""
+    return -(-int(nbytes) // alignment) * alignment
+
+
 #: host allocations are accounted in 64-byte granules (numpy's alignment); CUDA uses 2 MiB
 HOST_GRANULARITY = 64
 
@@ -90,8 +96,7 @@ class DeviceMemoryAuthority:
     # ------------------------------------------------------------ accounting
     def round_up(self, nbytes: int) -> int:
         """Bytes charged for a request of ``nbytes`` (0 stays 0)."""
-        g = self.granularity
-        return -(-int(nbytes) // g) * g
+        return align_up(nbytes, self.granularity)
 
     @property
     def committed(self) -> int:

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from onnx_ep.core.kernel import TensorSpec
-from onnx_ep.core.memory import DeviceMemoryAuthority, Role
+from onnx_ep.core.memory import DeviceMemoryAuthority, Role, align_up
 from onnx_ep.errors import CapacityUnavailable, PlanError
 
 #: byte alignment of each weight inside the region (cuBLASLt and vector loads want >= 16)
@@ -87,7 +87,7 @@ class DevicePager:
         for name, arr in weights:
             host = np.asarray(arr, order="C")   # ascontiguousarray would make 0-d 1-d
             hosts.append((name, host, total))
-            total += -(-host.nbytes // ALIGN) * ALIGN
+            total += align_up(host.nbytes, ALIGN)
         self.region = make(max(total, 1), holder)
         try:
             self._setup(hosts, step_reads, window_bytes)

@@ -26,6 +26,7 @@ from onnx_ep.core.kernel import (
     WorkspaceRequirement,
     WorkspaceView,
 )
+from onnx_ep.core.memory import align_up
 from onnx_ep.core.placement import CopyStep, Placement, PlacedNode, node_meta
 from onnx_ep.errors import KernelContractError
 
@@ -345,7 +346,7 @@ def plan_signature(program: Program, signature: tuple[Any, ...],
                 f"{type(req).__name__}, expected WorkspaceRequirement")
         per_step.append(req)
         if req.lifetime is WorkspaceLifetime.SESSION_PERSISTENT:
-            session_peak += -(-req.nbytes // ARENA_ALIGNMENT) * ARENA_ALIGNMENT
+            session_peak += align_up(req.nbytes, ARENA_ALIGNMENT)
         else:
             step_peak = max(step_peak, req.nbytes)
     return ExecutionPlan(signature, program, specs,
@@ -504,7 +505,7 @@ def plan_arena(program: Program, specs: dict[str, TensorSpec | None],
     for s in start:
         spec = specs.get(name_of.get(s, ""))
         if spec is not None and spec.is_static:
-            sizes[s] = -(-spec.nbytes // ARENA_ALIGNMENT) * ARENA_ALIGNMENT
+            sizes[s] = align_up(spec.nbytes, ARENA_ALIGNMENT)
     placed: list[tuple[int, int, int, int]] = []     # (offset, size, start, end)
     offsets: dict[int, int] = {}
     for s in sorted(sizes, key=lambda x: (-sizes[x], start[x])):
