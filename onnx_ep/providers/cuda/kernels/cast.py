@@ -37,6 +37,7 @@ from onnx_ep.providers.cuda.kernels.elementwise import (
     BoundLaunch,
     BoundRow,
     LaunchOnly,
+    _attr_str,
     flat_geometry,
     launch_geometry,
 )
@@ -57,10 +58,6 @@ SUFFIXES: dict[np.dtype, str] = {np.dtype(t): sfx for t, sfx in (
 DTYPES: frozenset[np.dtype] = frozenset(SUFFIXES)
 #: ``round_mode`` (float8e8m0 targets) -> the kernels' code
 ROUND_MODES = {"up": 0, "down": 1, "nearest": 2}
-
-
-def _attr_str(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _names(dtypes: frozenset[np.dtype]) -> str:

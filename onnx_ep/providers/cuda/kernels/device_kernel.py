@@ -72,12 +72,6 @@ def suffix(dtype: Any) -> str:
     return _TYPES[np.dtype(dtype)][0]
 
 
-def is_narrow(dtype: Any) -> bool:
-    """float16 or bfloat16."""
-    dt = np.dtype(dtype)
-    return dt == np.float16 or (BF16 is not None and dt == BF16)
-
-
 def narrow_tolerance(dtype: Any, parity: Parity) -> Parity:
     """``parity`` widened by one unit in the last place of a float16/bfloat16 output.
 

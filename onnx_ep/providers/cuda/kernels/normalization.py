@@ -36,9 +36,8 @@ from onnx_ep.providers.cuda.kernels.device_kernel import (
     prod,
     suffix,
 )
-from onnx_ep.providers.cuda.kernels.softmax import softmax_geometry
+from onnx_ep.providers.cuda.kernels.softmax import NORM_PARITY, softmax_geometry
 
-NORM_PARITY = Parity.tolerance(rtol=1e-4, atol=1e-5)
 BLOCK = 256
 MAX_GRID = 65535 * 32
 
