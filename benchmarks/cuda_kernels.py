@@ -491,16 +491,19 @@ def _softmax64(v: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
-def bench_softmax(b: Bench, dtype: np.dtype, cols: int = 4096) -> Row:
+def softmax_case(b: Bench, dtype: np.dtype, cols: int = 4096
+                 ) -> tuple[onnx.ModelProto, dict[str, np.ndarray], int, Callable[..., str]]:
+    """Section 3's Softmax: (model, feeds, bytes moved, promise check) for rows of ``cols``."""
     rows = b.nbytes // (cols * dtype.itemsize)
     x = pattern(rows * cols, dtype, lo=-4.0, hi=4.0).reshape(rows, cols)
     model = one_node_model("Softmax", [("x", dtype, [rows, cols])], (dtype, [rows, cols]),
                            opset=13, axis=-1)
-    return bandwidth_row(b, 3, "", model, {"x": x}, 2 * x.nbytes, TARGET_NORM,
-                         promise_check("Softmax", _softmax64, x))
+    return model, {"x": x}, 2 * x.nbytes, promise_check("Softmax", _softmax64, x)
 
 
-def bench_layernorm(b: Bench, dtype: np.dtype, cols: int = 4096) -> Row:
+def layernorm_case(b: Bench, dtype: np.dtype, cols: int = 4096
+                   ) -> tuple[onnx.ModelProto, dict[str, np.ndarray], int, Callable[..., str]]:
+    """Section 3's LayerNormalization (with Scale and B), as :func:`softmax_case`."""
     rows = b.nbytes // (cols * dtype.itemsize)
     x = pattern(rows * cols, dtype, lo=-4.0, hi=4.0).reshape(rows, cols)
     scale = numpy_helper.from_array(pattern(cols, dtype, seed=1), "scale")
@@ -514,8 +517,17 @@ def bench_layernorm(b: Bench, dtype: np.dtype, cols: int = 4096) -> Row:
         d = v - v.mean(axis=-1, keepdims=True)
         return d / np.sqrt((d * d).mean(axis=-1, keepdims=True) + 1e-5) * s64 + b64
 
-    return bandwidth_row(b, 3, "", model, {"x": x}, moved, TARGET_NORM,
-                         promise_check("LayerNormalization", layernorm64, x))
+    return model, {"x": x}, moved, promise_check("LayerNormalization", layernorm64, x)
+
+
+def bench_softmax(b: Bench, dtype: np.dtype, cols: int = 4096) -> Row:
+    model, feeds, moved, check = softmax_case(b, dtype, cols)
+    return bandwidth_row(b, 3, "", model, feeds, moved, TARGET_NORM, check)
+
+
+def bench_layernorm(b: Bench, dtype: np.dtype, cols: int = 4096) -> Row:
+    model, feeds, moved, check = layernorm_case(b, dtype, cols)
+    return bandwidth_row(b, 3, "", model, feeds, moved, TARGET_NORM, check)
 
 
 # ---------------------------------------------------------------- 4. GEMM

@@ -706,6 +706,31 @@ def launch_cached(fn: Function, grid: tuple[int, int, int], block: tuple[int, in
     rec()
 
 
+_occupancy: dict[tuple[Any, int, int], int] = {}
+
+
+def max_active_blocks(fn: Function, threads: int, shared_bytes: int = 0) -> int:
+    """Blocks of ``threads`` threads (and ``shared_bytes`` of dynamic shared memory) of
+    ``fn`` one multiprocessor holds at once (cuOccupancyMaxActiveBlocksPerMultiprocessor,
+    asked once per key). ``fn`` is first allowed ``shared_bytes`` of dynamic shared memory
+    (cuFuncSetAttribute; above 48 KiB, static included, a kernel must opt in).
+    """
+    key = (fn, int(threads), int(shared_bytes))
+    n = _occupancy.get(key)
+    if n is None:
+        drv = driver()
+        if shared_bytes > 0:
+            check(drv.cuFuncSetAttribute(
+                fn.handle,
+                drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                int(shared_bytes)), f"cuFuncSetAttribute({fn.name}, {shared_bytes} shared bytes)")
+        n = int(check(drv.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+            fn.handle, int(threads), int(shared_bytes)),
+            f"cuOccupancyMaxActiveBlocksPerMultiprocessor({fn.name})"))
+        _occupancy[key] = n
+    return n
+
+
 def grid_1d(n: int, block: int = 256, max_blocks: int | None = None) -> tuple[int, int, int]:
     """Blocks for a grid-stride loop over ``n`` elements (at least 1, at most ``max_blocks``).
 

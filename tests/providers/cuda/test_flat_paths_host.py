@@ -86,9 +86,40 @@ def test_fast_geometry_fits_rows_in_registers(cols, v, want) -> None:
 
 
 def test_fast_launch_packs_short_rows_into_blocks_and_skips_float64() -> None:
-    infix, grid, block = softmax.fast_launch(13, 64, 4, np.float32)
-    assert infix == "fast_v4_p1" and block == (32, 8, 1) and grid == (2, 1, 1)
+    rows = softmax.fast_launch(13, 64, 4, np.float32)
+    assert rows.direct_infix == "fast_v4_p1" and rows.block == (32, 8, 1)
+    assert rows.grid == (2, 1, 1)
     assert softmax.fast_launch(13, 64, 2, np.float64) is None
+
+
+def test_pipelined_rows_need_16_byte_packs_and_buffers_that_fit(monkeypatch) -> None:
+    rows = softmax.fast_launch(16384, 4096, 4, np.float32)
+    assert rows.pipe_infix == "pipe_p4" and rows.block == (256, 1, 1)
+    assert rows.stages == 3 and rows.shared_bytes == 3 * 256 * 4 * 16   # 48 KiB
+    assert softmax.fast_launch(16384, 4096, 1, np.float32).stages == 0  # 4-byte loads
+    assert softmax.fast_launch(1, 4096, 4, np.float32).stages == 0      # one block in all
+    # rows of 8192 float32: 512 threads x 4 packs, 32 KiB a buffer: two do not fit in 48 KiB
+    assert softmax.fast_launch(100, 8192, 4, np.float32).stages == 0
+    monkeypatch.setattr(softmax, "PIPE_SHARED_BYTES", 64 * 1024)
+    assert softmax.fast_launch(100, 8192, 4, np.float32).stages == 2
+    monkeypatch.setattr(softmax, "PIPE_STAGES", 0)
+    assert softmax.fast_launch(16384, 4096, 4, np.float32).stages == 0
+
+
+def test_pipelined_grid_gives_every_block_the_same_number_of_row_groups() -> None:
+    rows = softmax.fast_launch(16384, 4096, 4, np.float32)
+    assert rows.grid_for(528) == (512, 1, 1)      # 32 row groups each, not 31-32 over 528
+    assert rows.grid_for(16384) is None           # a block per row anyway: direct kernel
+    assert rows.grid_for(1) == (1, 1, 1)
+    short = softmax.fast_launch(37, 64, 4, np.float32)   # 8 rows a block: 5 row groups
+    assert short.grid_for(3) == (3, 1, 1) and short.grid_for(5) is None
+
+
+def test_pipelined_kernels_are_instantiated_for_every_pack_count() -> None:
+    src = (KERNELS_DIR / "softmax.cu").read_text()
+    for sfx in ("f32", "f16", "bf16"):
+        assert re.search(rf"EP_PIPE_P1248\(\w+, {sfx}, \d+\)", src), sfx
+    assert set(softmax.FAST_PACKS) == {1, 2, 4, 8}
 
 
 def test_fast_kernels_are_instantiated_for_every_geometry_the_host_picks() -> None:

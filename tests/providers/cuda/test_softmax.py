@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from onnx_ep.providers.cuda.kernels import softmax
 from tests.helpers.cuda_family import FLOATS, check, model, random
 
 pytestmark = pytest.mark.cuda
@@ -35,9 +36,12 @@ def test_softmax_flattens_before_opset_13(cuda_device, op):
 
 @pytest.mark.parametrize("dtype", DT, ids=IDS)
 @pytest.mark.parametrize("cols", [33, 64, 4096])
-def test_softmax_specials(cuda_device, dtype, cols):
+@pytest.mark.parametrize("blocks", [None, 1], ids=["grid", "one-block"])
+def test_softmax_specials(cuda_device, monkeypatch, dtype, cols, blocks):
     """Rows whose max is not finite take the float64 recipe in the fast kernels too: +inf
-    next to a finite value whose float32 exp overflows (100) must still give 0 there."""
+    next to a finite value whose float32 exp overflows (100) must still give 0 there.
+    ``one-block``: the pipelined kernels' grid is one block, which walks every row."""
+    monkeypatch.setattr(softmax, "PIPE_MAX_BLOCKS", blocks)
     x = random((6, cols), dtype)
     x[0, :] = -np.inf
     x[1, 5] = np.inf
@@ -118,3 +122,62 @@ def test_rms_normalization(cuda_device, dtype):
     check(model("RMSNormalization", {"x": x}, {"axis": -1},
                 consts={"s": random((512,), dtype, seed=5)}, inputs=["x", "s"], opset=23),
           {"x": x})
+
+
+# pipelined fast rows: persistent blocks cycling through ``stages`` shared-memory buffers.
+# Capping the grid at 3 blocks makes each block walk many rows (so every buffer is reused),
+# with idle thread groups in the last pass, partial packs (1000 columns) and short rows
+# packed several to a block.
+PIPE_SHAPES = [(37, 64), (50, 4096), (23, 1000), (9, 2048), (7, 4096)]
+NORM_OPS = {"LayerNormalization": 17, "RMSNormalization": 23}
+
+
+def _row_model(op, x, seed):
+    if op not in NORM_OPS:
+        return model(op, {"x": x}, {"axis": -1}, opset=13)
+    consts = {"s": random(x.shape[-1:], x.dtype, seed=seed)}
+    if op == "LayerNormalization":
+        consts["b"] = random(x.shape[-1:], x.dtype, seed=seed + 1)
+    n_out = 3 if op == "LayerNormalization" else 1
+    return model(op, {"x": x}, {"axis": -1}, consts=consts, inputs=["x", *consts],
+                 n_outputs=n_out, opset=NORM_OPS[op])
+
+
+@pytest.mark.parametrize("dtype", DT, ids=IDS)
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax", *NORM_OPS])
+@pytest.mark.parametrize("stages", [2, 3, 4])
+def test_pipelined_rows_keep_the_promise_and_equal_the_direct_kernels(
+        cuda_device, monkeypatch, dtype, op, stages):
+    """Each shape keeps the promise against cpu_reference through the pipelined kernel, and
+    its bytes equal the direct kernel's (same arithmetic, other way into registers)."""
+    from onnx_ep import Session
+    from onnx_ep.providers.cuda import runtime
+
+    monkeypatch.setattr(softmax, "PIPE_MAX_BLOCKS", 3)
+    monkeypatch.setattr(softmax, "PIPE_STAGES", stages)
+    monkeypatch.setattr(softmax, "PIPE_SHARED_BYTES", 96 * 1024)
+    launched = []
+    real = softmax.launch
+
+    def spy(fn, grid, block, args, stream, shared_bytes=0):
+        launched.append((fn.name, grid, shared_bytes))
+        return real(fn, grid, block, args, stream, shared_bytes=shared_bytes)
+
+    monkeypatch.setattr(softmax, "launch", spy)
+    for i, shape in enumerate(PIPE_SHAPES):
+        x = random(shape, dtype, seed=20 + i, scale=3.0) + dtype.type(0.25)
+        m = _row_model(op, x, seed=40 + i)
+        launched.clear()
+        piped = check(m, {"x": x}, what=f"{op} {dtype} {shape} stages={stages}")
+        name, grid, shared = launched[-1]
+        assert "_pipe_p" in name and grid[0] <= 3 and shared > 0, (shape, launched)
+        monkeypatch.setattr(softmax, "PIPE_STAGES", 0)
+        try:
+            direct = Session(m, providers=["cuda"]).run(None, {"x": x})
+        finally:
+            monkeypatch.setattr(softmax, "PIPE_STAGES", stages)
+        assert "_fast_v" in launched[-1][0]
+        for a, b in zip(piped, direct):
+            assert np.asarray(a).tobytes() == np.asarray(b).tobytes(), (op, shape)
+    runtime.get_device(0).synchronize()
+

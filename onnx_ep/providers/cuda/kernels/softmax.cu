@@ -194,21 +194,36 @@ __device__ void norm_rows(const T* __restrict__ x, const T* __restrict__ scale,
 
 // ------------------------------------------------------------------ fast rows
 // One row per ``blockDim.x`` threads (a warp up to 1024 threads; ``blockDim.y`` rows per
-// block, one block per ``blockDim.y`` rows): each thread loads its P packs of V elements
-// once (16-byte loads when V > 1) and keeps them in registers as float, so every element
-// is read from DRAM once and written once. Reductions are warp butterflies (xor shuffles:
-// every lane ends with the same value, as a + b == b + a) followed by the row's warp
-// partials combined in warp order: a fixed order, bit-identical run to run.
+// block): each thread holds its P packs of V elements of the row in registers as float, so
+// every element is read from DRAM once and written once. Reductions are warp butterflies
+// (xor shuffles: every lane ends with the same value, as a + b == b + a) followed by the
+// row's warp partials combined in warp order: a fixed order, bit-identical run to run.
 //
-// Softmax: the max in float (exact); exp(x - max) in float32 (CUDA expf, <= 2 ulp), summed
-// per thread with float two-sums and across the row in float64; y = e * float(1 / sum), rounded once to T: within 5 float32 ulps of the
-// reference's float64 recipe (the declared rtol is 1e-6, ~8 ulps). A row whose max is not
-// finite (+inf, or every value -inf / NaN) takes the reference's float64 path (shift 0).
-// A NaN elsewhere makes the sum NaN and every output NaN, as in the reference.
+// Two ways to get a row into registers (the arithmetic after that is one function each):
+// * direct (``*_fast_v<V>_p<P>``): one row per thread group, loaded from DRAM by the
+//   threads themselves (any V; the only choice for rows not 16-byte aligned);
+// * pipelined (``*_pipe_p<P>``, 16-byte packs only): persistent blocks walk rows
+//   ``gridDim.x * blockDim.y`` apart and keep the next ``stages - 1`` rows in flight with
+//   cp.async into shared memory while the current one is reduced, so a block's DRAM reads
+//   never wait on its reductions. Each thread copies exactly the packs it later reads, so
+//   a cp.async.wait_group (no barrier) makes them visible.
+//
+// Softmax: the max in float (exact); exp(x - max) in float32 (expf, <= 2 ulp; __expf for
+// float16 / bfloat16, whose outputs keep 11 / 8 bits), summed per thread with float
+// two-sums (a plain float sum for the 2-byte types) and across the row in float64;
+// y = e * float(1 / sum), rounded once to T: within 5 float32 ulps of the reference's
+// float64 recipe (the declared rtol is 1e-6, ~8 ulps; one output ulp more for the 2-byte
+// types). A row whose max is not finite (+inf, or every value -inf / NaN) takes the
+// reference's float64 path (shift 0). A NaN elsewhere makes the sum NaN and every output
+// NaN, as in the reference.
 // LogSoftmax: the sum as above, then (x - shift) - log(sum) in float64, rounded once.
 // LayerNorm / RMSNorm: the arithmetic of norm_rows above, operation for operation, except
 // that each thread sums its values with float two-sums (no float64 per element) before the
 // row's float64 combination.
+// Conversions are the hardware's (float16 in pairs): a NaN input gives a NaN output, not
+// necessarily with the input's payload (the promises are tolerances, under which NaN
+// matches NaN). -DEP_ROW_SCALAR_CONVERT restores per-value, payload-keeping conversions and
+// expf for every type (kept for benchmarking the difference).
 
 struct SumF64 { static __device__ __forceinline__ double comb(double a, double b) { return a + b; } };
 struct MaxF32 {  // NaN-blind (fmaxf): a NaN shows up in the sum instead
@@ -245,6 +260,77 @@ __device__ __forceinline__ double part_value(float s, float c) {
 // times (those rows are rare; the inlined copies dominated the compile time)
 __device__ __noinline__ double exp_slow(double v) { return exp(v); }
 
+// exp(v), v <= 0, of the fast Softmax rows (see above)
+template <class T>
+__device__ __forceinline__ float row_exp(float v) {
+#ifndef EP_ROW_SCALAR_CONVERT
+    if (sizeof(T) < 4) return __expf(v);
+#endif
+    return expf(v);
+}
+
+// V values of T <-> float
+template <class T, int V> struct Pack {
+    static __device__ __forceinline__ void load(const Vec<T, V>& q, float (&f)[V]) {
+#pragma unroll
+        for (int k = 0; k < V; ++k) f[k] = to_f32(q.v[k]);
+    }
+    static __device__ __forceinline__ Vec<T, V> store(const float (&f)[V]) {
+        Vec<T, V> q;
+#pragma unroll
+        for (int k = 0; k < V; ++k) q.v[k] = round_from32<T>(f[k]);
+        return q;
+    }
+};
+#ifndef EP_ROW_SCALAR_CONVERT
+template <int V> struct Pack<f16, V> {
+    static __device__ __forceinline__ void load(const Vec<f16, V>& q, float (&f)[V]) {
+        if (V % 2 == 0) {
+            const __half2* h = reinterpret_cast<const __half2*>(q.v);
+#pragma unroll
+            for (int k = 0; k < V / 2; ++k) {
+                const float2 t = __half22float2(h[k]);
+                f[2 * k] = t.x;
+                f[2 * k + 1] = t.y;
+            }
+        } else {
+#pragma unroll
+            for (int k = 0; k < V; ++k) f[k] = __half2float(q.v[k]);
+        }
+    }
+    static __device__ __forceinline__ Vec<f16, V> store(const float (&f)[V]) {
+        Vec<f16, V> q;
+        if (V % 2 == 0) {
+            __half2* h = reinterpret_cast<__half2*>(q.v);
+#pragma unroll
+            for (int k = 0; k < V / 2; ++k) h[k] = __floats2half2_rn(f[2 * k], f[2 * k + 1]);
+        } else {
+#pragma unroll
+            for (int k = 0; k < V; ++k) q.v[k] = __float2half_rn(f[k]);
+        }
+        return q;
+    }
+};
+template <int V> struct Pack<bf16, V> {
+    static __device__ __forceinline__ void load(const Vec<bf16, V>& q, float (&f)[V]) {
+#pragma unroll
+        for (int k = 0; k < V; ++k) f[k] = to_f32(q.v[k]);     // a shift: exact, NaN kept
+    }
+    static __device__ __forceinline__ Vec<bf16, V> store(const float (&f)[V]) {
+        Vec<bf16, V> q;
+        if (V % 2 == 0) {
+            __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(q.v);
+#pragma unroll
+            for (int k = 0; k < V / 2; ++k) h[k] = __floats2bfloat162_rn(f[2 * k], f[2 * k + 1]);
+        } else {
+#pragma unroll
+            for (int k = 0; k < V; ++k) q.v[k] = __float2bfloat16_rn(f[k]);
+        }
+        return q;
+    }
+};
+#endif
+
 // the combination of ``v`` over the row's blockDim.x threads, the same in every thread;
 // ``sh`` holds 32 partials (every thread of the block must call it: it synchronizes)
 template <class Op, class A>
@@ -268,26 +354,105 @@ __device__ __forceinline__ A row_reduce(A v, A* sh) {
         if (active && threadIdx.x + (long long)p * blockDim.x < nv)
 #define EP_FAST_J(p) (threadIdx.x + (long long)(p) * blockDim.x)
 
-template <class T, int V, int P, bool LOG>
-__device__ __forceinline__ void softmax_fast(const T* __restrict__ x, T* __restrict__ y,
-                                             long long rows, long long cols) {
-    __shared__ float shf[32];
-    __shared__ double shd[32];
+// ---- getting rows into registers: each calls body(v, active, row) once per row it holds
+
+template <class T, int V, int P, class Body>
+__device__ __forceinline__ void rows_direct(const T* __restrict__ x, long long rows,
+                                            long long cols, Body body) {
     typedef Vec<T, V> VT;
     const long long row = (long long)blockIdx.x * blockDim.y + threadIdx.y;
     const bool active = row < rows;
     const long long nv = cols / V;
     const VT* xv = reinterpret_cast<const VT*>(x + (active ? row : 0) * cols);
-    VT* yv = reinterpret_cast<VT*>(y + (active ? row : 0) * cols);
     float v[P][V];
+    EP_FAST_PACKS(P) Pack<T, V>::load(xv[EP_FAST_J(p)], v[p]);
+    body(v, active, row);
+}
+
+// cp.async (sm_80 on); before sm_80 a plain copy through registers (nothing to wait for)
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+__device__ __forceinline__ void cp_async16(uint4* dst, const uint4* src) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+#else
+__device__ __forceinline__ void cp_async16(uint4* dst, const uint4* src) { *dst = *src; }
+__device__ __forceinline__ void cp_async_commit() {}
+template <int N> __device__ __forceinline__ void cp_async_wait() {}
+#endif
+// every group but the newest ``stages - 2`` has landed (stages: 2, 3 or 4)
+__device__ __forceinline__ void cp_async_wait_stages(int stages) {
+    if (stages == 2) cp_async_wait<0>();
+    else if (stages == 3) cp_async_wait<1>();
+    else cp_async_wait<2>();
+}
+
+// start copying this thread's packs of row ``r`` (if it exists) into ``dst``; one group
+template <int P>
+__device__ __forceinline__ void pipe_issue(const uint4* __restrict__ x, long long r,
+                                           long long rows, long long nv, uint4* dst) {
+    if (r < rows) {
+        const uint4* src = x + r * nv;
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+            const long long j = EP_FAST_J(p);
+            if (j < nv) cp_async16(dst + p * blockDim.x, src + j);
+        }
+    }
+    cp_async_commit();
+}
+
+// ``stages`` row buffers of blockDim.x * blockDim.y * P packs in dynamic shared memory
+template <class T, int V, int P, class Body>
+__device__ __forceinline__ void rows_pipelined(const T* __restrict__ x, long long rows,
+                                               long long cols, int stages, Body body) {
+    extern __shared__ uint4 ep_stage[];
+    typedef Vec<T, V> VT;
+    static_assert(sizeof(VT) == 16, "pipelined rows move 16-byte packs");
+    const uint4* xp = reinterpret_cast<const uint4*>(x);
+    const long long nv = cols / V;
+    const long long step = (long long)gridDim.x * blockDim.y;
+    const int stage_packs = blockDim.x * blockDim.y * P;
+    uint4* mine = ep_stage + threadIdx.y * blockDim.x * P + threadIdx.x;
+    long long row = (long long)blockIdx.x * blockDim.y + threadIdx.y;
+    for (int s = 0; s < stages - 1; ++s)
+        pipe_issue<P>(xp, row + s * step, rows, nv, mine + s * stage_packs);
+    int cur = 0;
+    for (long long first = (long long)blockIdx.x * blockDim.y; first < rows;
+         first += step, row += step) {
+        const int next = cur == 0 ? stages - 1 : cur - 1;     // read at the last iteration
+        pipe_issue<P>(xp, row + (stages - 1) * step, rows, nv, mine + next * stage_packs);
+        cp_async_wait_stages(stages);
+        const bool active = row < rows;
+        const uint4* src = mine + cur * stage_packs;
+        float v[P][V];
+        EP_FAST_PACKS(P) {
+            const uint4 raw = src[p * blockDim.x];
+            Pack<T, V>::load(*reinterpret_cast<const VT*>(&raw), v[p]);
+        }
+        body(v, active, row);
+        cur = cur + 1 == stages ? 0 : cur + 1;
+    }
+    cp_async_wait<0>();
+}
+
+// ---- the arithmetic of one row held in registers
+
+template <class T, int V, int P, bool LOG>
+__device__ __forceinline__ void softmax_row(float (&v)[P][V], bool active, long long nv,
+                                            T* __restrict__ yrow, float* shf, double* shd) {
+    typedef Vec<T, V> VT;
+    VT* yv = reinterpret_cast<VT*>(yrow);
     float m = -inf32();
     EP_FAST_PACKS(P) {
-        VT q = xv[EP_FAST_J(p)];
 #pragma unroll
-        for (int k = 0; k < V; ++k) {
-            v[p][k] = to_f32(q.v[k]);
-            m = fmaxf(m, v[p][k]);
-        }
+        for (int k = 0; k < V; ++k) m = fmaxf(m, v[p][k]);
     }
     m = row_reduce<MaxF32>(m, shf);
     const bool fin = isfinite(m);
@@ -298,7 +463,7 @@ __device__ __forceinline__ void softmax_fast(const T* __restrict__ x, T* __restr
 #pragma unroll
         for (int k = 0; k < V; ++k) {
             if (fin) {
-                const float e = expf(v[p][k] - shift);
+                const float e = row_exp<T>(v[p][k] - shift);
                 if (!LOG) v[p][k] = e;
                 part_add<T>(es, ec, e);
             } else {
@@ -311,44 +476,43 @@ __device__ __forceinline__ void softmax_fast(const T* __restrict__ x, T* __restr
     const double ls = LOG ? log(s) : 0.0;
     EP_FAST_PACKS(P) {
         VT out;
+        if (!LOG && fin) {
+            float o[V];
 #pragma unroll
-        for (int k = 0; k < V; ++k) {
-            if (LOG) out.v[k] = round_from64<T>(((double)v[p][k] - (double)shift) - ls);
-            else if (fin) out.v[k] = round_from32<T>(v[p][k] * inv);
-            else out.v[k] = round_from64<T>(exp_slow((double)v[p][k]) / s);
+            for (int k = 0; k < V; ++k) o[k] = v[p][k] * inv;
+            out = Pack<T, V>::store(o);
+        } else {
+#pragma unroll
+            for (int k = 0; k < V; ++k) {
+                if (LOG) out.v[k] = round_from64<T>(((double)v[p][k] - (double)shift) - ls);
+                else out.v[k] = round_from64<T>(exp_slow((double)v[p][k]) / s);
+            }
         }
         yv[EP_FAST_J(p)] = out;
     }
 }
 
 template <class T, int V, int P, bool RMS>
-__device__ __forceinline__ void norm_fast(const T* __restrict__ x, const T* __restrict__ scale,
-                                          const T* __restrict__ bias, T* __restrict__ y,
-                                          float* __restrict__ mean_out,
-                                          float* __restrict__ inv_out, long long rows,
-                                          long long cols, double eps) {
+__device__ __forceinline__ void norm_row(float (&v)[P][V], bool active, long long nv,
+                                         long long row, const T* __restrict__ scale,
+                                         const T* __restrict__ bias, T* __restrict__ yrow,
+                                         float* __restrict__ mean_out,
+                                         float* __restrict__ inv_out, long long cols,
+                                         double eps, double* shd) {
     typedef float W;
-    __shared__ double shd[32];
     typedef Vec<T, V> VT;
-    const long long row = (long long)blockIdx.x * blockDim.y + threadIdx.y;
-    const bool active = row < rows;
-    const long long nv = cols / V;
-    const VT* xv = reinterpret_cast<const VT*>(x + (active ? row : 0) * cols);
-    VT* yv = reinterpret_cast<VT*>(y + (active ? row : 0) * cols);
+    VT* yv = reinterpret_cast<VT*>(yrow);
     const W eps_w = (W)eps;
     const double n = (double)cols;
-    W v[P][V];
-    float ms = 0.0f, mc = 0.0f;
-    EP_FAST_PACKS(P) {
-        VT q = xv[EP_FAST_J(p)];
-#pragma unroll
-        for (int k = 0; k < V; ++k) {
-            v[p][k] = to_f32(q.v[k]);
-            part_add<T>(ms, mc, v[p][k]);
-        }
-    }
     W mean = (W)0;
-    if (!RMS) mean = round_from64<W>(row_reduce<SumF64>(part_value<T>(ms, mc), shd) / n);
+    if (!RMS) {
+        float ms = 0.0f, mc = 0.0f;
+        EP_FAST_PACKS(P) {
+#pragma unroll
+            for (int k = 0; k < V; ++k) part_add<T>(ms, mc, v[p][k]);
+        }
+        mean = round_from64<W>(row_reduce<SumF64>(part_value<T>(ms, mc), shd) / n);
+    }
     // sum of squared deviations (LayerNorm) or of squares (RMSNorm), each squared in W
     float vs = 0.0f, vc = 0.0f;
     EP_FAST_PACKS(P) {
@@ -364,21 +528,52 @@ __device__ __forceinline__ void norm_fast(const T* __restrict__ x, const T* __re
     const VT* bv = reinterpret_cast<const VT*>(bias);
     EP_FAST_PACKS(P) {
         const long long j = EP_FAST_J(p);
-        VT sc = sv[j], b, out;
-        if (bias) b = bv[j];
+        float sc[V], b[V], o[V];
+        Pack<T, V>::load(sv[j], sc);
+        if (bias) Pack<T, V>::load(bv[j], b);
 #pragma unroll
         for (int k = 0; k < V; ++k) {
             W d = v[p][k] - mean;
-            W o = d * inv * to_f32(sc.v[k]);
-            if (bias) o = o + to_f32(b.v[k]);
-            out.v[k] = round_from32<T>(o);     // o is a float: the same single rounding
+            o[k] = d * inv * sc[k];
+            if (bias) o[k] = o[k] + b[k];
         }
-        yv[j] = out;
+        yv[j] = Pack<T, V>::store(o);     // o is a float: the same single rounding
     }
     if (active && threadIdx.x == 0) {
         if (mean_out) mean_out[row] = mean;
         if (inv_out) inv_out[row] = inv;
     }
+}
+
+// ---- kernels: the two ways in, the two arithmetics
+
+template <class T, int V, int P, bool LOG, bool PIPE>
+__device__ __forceinline__ void softmax_fast(const T* __restrict__ x, T* __restrict__ y,
+                                             long long rows, long long cols, int stages) {
+    __shared__ float shf[32];
+    __shared__ double shd[32];
+    const long long nv = cols / V;
+    auto body = [&](float (&v)[P][V], bool active, long long row) {
+        softmax_row<T, V, P, LOG>(v, active, nv, y + (active ? row : 0) * cols, shf, shd);
+    };
+    if constexpr (PIPE) rows_pipelined<T, V, P>(x, rows, cols, stages, body);
+    else rows_direct<T, V, P>(x, rows, cols, body);
+}
+
+template <class T, int V, int P, bool RMS, bool PIPE>
+__device__ __forceinline__ void norm_fast(const T* __restrict__ x, const T* __restrict__ scale,
+                                          const T* __restrict__ bias, T* __restrict__ y,
+                                          float* __restrict__ mean_out,
+                                          float* __restrict__ inv_out, long long rows,
+                                          long long cols, double eps, int stages) {
+    __shared__ double shd[32];
+    const long long nv = cols / V;
+    auto body = [&](float (&v)[P][V], bool active, long long row) {
+        norm_row<T, V, P, RMS>(v, active, nv, row, scale, bias, y + (active ? row : 0) * cols,
+                               mean_out, inv_out, cols, eps, shd);
+    };
+    if constexpr (PIPE) rows_pipelined<T, V, P>(x, rows, cols, stages, body);
+    else rows_direct<T, V, P>(x, rows, cols, body);
 }
 
 #undef EP_FAST_PACKS
@@ -417,33 +612,43 @@ extern "C" __global__ void log_softmax_cols_##S(const T* x, T* y, long long oute
     softmax_cols<T, true>(x, y, outer, a, inner);                                           \
 }
 
-#define EP_FAST_VP(T, S, V, P)                                                              \
-extern "C" __global__ void __launch_bounds__(1024) softmax_fast_v##V##_p##P##_##S(        \
-        const T* x, T* y, long long rows, long long cols) {                                \
-    softmax_fast<T, V, P, false>(x, y, rows, cols);                                         \
+#define EP_FAST_KERNELS(T, S, V, P, NAME, PIPE, STAGES_ARG, STAGES)                          \
+extern "C" __global__ void __launch_bounds__(1024) softmax_##NAME##_##S(                    \
+        const T* x, T* y, long long rows, long long cols STAGES_ARG) {                      \
+    softmax_fast<T, V, P, false, PIPE>(x, y, rows, cols, STAGES);                           \
 }                                                                                           \
-extern "C" __global__ void __launch_bounds__(1024) log_softmax_fast_v##V##_p##P##_##S(    \
-        const T* x, T* y, long long rows, long long cols) {                                \
-    softmax_fast<T, V, P, true>(x, y, rows, cols);                                          \
+extern "C" __global__ void __launch_bounds__(1024) log_softmax_##NAME##_##S(                \
+        const T* x, T* y, long long rows, long long cols STAGES_ARG) {                      \
+    softmax_fast<T, V, P, true, PIPE>(x, y, rows, cols, STAGES);                            \
 }                                                                                           \
-extern "C" __global__ void __launch_bounds__(1024) layer_norm_fast_v##V##_p##P##_##S(     \
+extern "C" __global__ void __launch_bounds__(1024) layer_norm_##NAME##_##S(                 \
         const T* x, const T* scale, const T* bias, T* y, float* mean, float* inv,          \
-        long long rows, long long cols, double eps) {                                      \
-    norm_fast<T, V, P, false>(x, scale, bias, y, mean, inv, rows, cols, eps);               \
+        long long rows, long long cols, double eps STAGES_ARG) {                            \
+    norm_fast<T, V, P, false, PIPE>(x, scale, bias, y, mean, inv, rows, cols, eps, STAGES); \
 }                                                                                           \
-extern "C" __global__ void __launch_bounds__(1024) rms_norm_fast_v##V##_p##P##_##S(       \
+extern "C" __global__ void __launch_bounds__(1024) rms_norm_##NAME##_##S(                   \
         const T* x, const T* scale, const T* bias, T* y, float* mean, float* inv,          \
-        long long rows, long long cols, double eps) {                                      \
-    norm_fast<T, V, P, true>(x, scale, bias, y, mean, inv, rows, cols, eps);                \
+        long long rows, long long cols, double eps STAGES_ARG) {                            \
+    norm_fast<T, V, P, true, PIPE>(x, scale, bias, y, mean, inv, rows, cols, eps, STAGES);  \
 }
+#define EP_COMMA ,
+// direct rows: *_fast_v<V>_p<P>_<S>(..., rows, cols)
+#define EP_FAST_VP(T, S, V, P) EP_FAST_KERNELS(T, S, V, P, fast_v##V##_p##P, false, , 0)
+// pipelined rows (16-byte packs): *_pipe_p<P>_<S>(..., rows, cols, int stages)
+#define EP_PIPE_P(T, S, V, P) EP_FAST_KERNELS(T, S, V, P, pipe_p##P, true, EP_COMMA int stages, stages)
 // P packs of V per thread, at most 32 values (softmax.py fast_geometry): V = 1 or 16 bytes
 #define EP_FAST_P124(T, S, V) EP_FAST_VP(T, S, V, 1) EP_FAST_VP(T, S, V, 2) EP_FAST_VP(T, S, V, 4)
+#define EP_PIPE_P1248(T, S, V) EP_PIPE_P(T, S, V, 1) EP_PIPE_P(T, S, V, 2) EP_PIPE_P(T, S, V, 4) \
+    EP_PIPE_P(T, S, V, 8)
 EP_FAST_P124(float, f32, 1) EP_FAST_VP(float, f32, 1, 8)
 EP_FAST_P124(float, f32, 4) EP_FAST_VP(float, f32, 4, 8)
 EP_FAST_P124(f16, f16, 1) EP_FAST_VP(f16, f16, 1, 8)
 EP_FAST_P124(f16, f16, 8)
 EP_FAST_P124(bf16, bf16, 1) EP_FAST_VP(bf16, bf16, 1, 8)
 EP_FAST_P124(bf16, bf16, 8)
+EP_PIPE_P1248(float, f32, 4)
+EP_PIPE_P1248(f16, f16, 8)
+EP_PIPE_P1248(bf16, bf16, 8)
 
 // VW: elements per 16-byte vector
 EP_SOFTMAX(float, f32, 4)

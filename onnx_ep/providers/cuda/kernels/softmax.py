@@ -25,7 +25,7 @@ threads per row, the exp of the first 5,632 values cached in shared memory).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -62,6 +62,14 @@ FAST_MAX_THREADS = 1024
 #: threads per block of the fast kernels when a row takes fewer (several rows per block)
 FAST_BLOCK = 256
 MAX_GRID_X = (1 << 31) - 1
+#: pipelined fast rows (16-byte packs): row buffers per block (2-4; 0 turns the pipelined
+#: kernels off) and the dynamic shared memory a block may take for them (above 48 KiB the
+#: kernel is opted in to more)
+PIPE_STAGES = 3
+PIPE_SHARED_BYTES = 48 * 1024
+#: most blocks of a pipelined kernel's persistent grid (``None``: as many as the device holds
+#: at once); tests lower it so that every block walks many rows
+PIPE_MAX_BLOCKS: int | None = None
 
 
 def block_for(n: int) -> int:
@@ -99,10 +107,57 @@ def fast_geometry(cols: int, v: int) -> tuple[int, int] | None:
     return None
 
 
-def fast_launch(outer: int, cols: int, v: int, dtype: Any
-                ) -> tuple[str, tuple[int, int, int], tuple[int, int, int]] | None:
-    """``(symbol infix, grid, block)`` of a fast row kernel, e.g. ``("fast_v4_p4", ...)``,
-    or ``None`` (float64, or rows that do not fit): the multi-pass kernels run instead."""
+class FastRows(NamedTuple):
+    """How a fast row kernel runs: ``packs`` of ``v`` elements per thread, the direct
+    kernel's ``grid`` (one block per ``block[1]`` rows) and ``block``; ``stages`` > 0 when
+    the pipelined kernel (16-byte packs through cp.async stages in ``shared_bytes`` of
+    shared memory) may run, on a persistent grid (:meth:`grid_for`)."""
+
+    v: int
+    packs: int
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    stages: int = 0
+    shared_bytes: int = 0
+
+    @property
+    def direct_infix(self) -> str:
+        return f"fast_v{self.v}_p{self.packs}"
+
+    @property
+    def pipe_infix(self) -> str:
+        return f"pipe_p{self.packs}"
+
+    def grid_for(self, resident: int) -> tuple[int, int, int] | None:
+        """Persistent grid of the pipelined kernel when ``resident`` blocks fit on the
+        device at once (every block walks the same number of row groups, the last maybe
+        fewer), or ``None`` when every row group gets a block of its own anyway: nothing to
+        pipeline, the direct kernel runs."""
+        groups = self.grid[0]
+        if not self.stages or groups <= max(1, resident):
+            return None
+        steps = -(-groups // resident)
+        return (-(-groups // steps), 1, 1)
+
+
+def pipe_stages(threads_per_block: int, packs: int) -> int:
+    """Row buffers of a pipelined block (:data:`PIPE_STAGES` or fewer, so that they fit in
+    :data:`PIPE_SHARED_BYTES`), or 0 when two do not fit."""
+    per_stage = threads_per_block * packs * VECTOR_BYTES
+    stages = min(PIPE_STAGES, 4)
+    while stages >= 2 and stages * per_stage > PIPE_SHARED_BYTES:
+        stages -= 1
+    return stages if stages >= 2 else 0
+
+
+def fast_launch(outer: int, cols: int, v: int, dtype: Any) -> FastRows | None:
+    """The fast row kernel for ``outer`` rows of ``cols`` elements loaded ``v`` at a time,
+    or ``None`` (float64, or rows that do not fit): the multi-pass kernels run instead.
+
+    16-byte packs take the pipelined kernel (when :data:`PIPE_STAGES` allows and the
+    buffers fit); the caller still runs the direct one when every row group gets a block of
+    its own anyway (see :meth:`FastRows.grid_for`).
+    """
     if np.dtype(dtype) == np.float64:
         return None
     geo = fast_geometry(cols, v)
@@ -113,7 +168,34 @@ def fast_launch(outer: int, cols: int, v: int, dtype: Any
     blocks = -(-outer // per_block)
     if blocks > MAX_GRID_X:
         return None
-    return f"fast_v{v}_p{packs}", (blocks, 1, 1), (threads, per_block, 1)
+    grid, block = (blocks, 1, 1), (threads, per_block, 1)
+    if v * np.dtype(dtype).itemsize == VECTOR_BYTES and blocks > 1:
+        stages = pipe_stages(threads * per_block, packs)
+        if stages:
+            return FastRows(v, packs, grid, block, stages,
+                            stages * threads * per_block * packs * VECTOR_BYTES)
+    return FastRows(v, packs, grid, block)
+
+
+def launch_fast(kernel: CudaKernel, name: str, rows: FastRows, x: Any, sfx: str,
+                args: list[tuple[Any, Any]], stream: Any) -> None:
+    """Launch ``rows``' kernel of ``name`` (``"softmax"``, ``"layer_norm"``, ...) with
+    ``args``: the pipelined one (``args`` + its stage count, a persistent grid) when
+    :meth:`FastRows.grid_for` gives it a grid, else the direct one."""
+    if rows.stages:
+        from onnx_ep.providers.cuda import runtime
+
+        fn = kernel.function(f"{name}_{rows.pipe_infix}_{sfx}", x)
+        per_sm = runtime.max_active_blocks(fn, rows.block[0] * rows.block[1],
+                                           rows.shared_bytes)
+        resident = per_sm * runtime.get_device(x.device).multiprocessors
+        grid = rows.grid_for(min(resident, PIPE_MAX_BLOCKS or resident))
+        if grid is not None:
+            launch(fn, grid, rows.block, [*args, (rows.stages, I32)], stream,
+                   shared_bytes=rows.shared_bytes)
+            return
+    launch(kernel.function(f"{name}_{rows.direct_infix}_{sfx}", x), rows.grid, rows.block,
+           args, stream)
 
 
 def softmax_geometry(shape: tuple[int, ...], axis: int, opset: int) -> tuple[int, int, int]:
@@ -175,9 +257,8 @@ class Softmax(CudaKernel):
         v = vector_width(x.dtype.itemsize, dim, (x.ptr, y.ptr))
         fast = fast_launch(outer, dim, v, x.dtype)
         if fast is not None:
-            infix, grid, block = fast
-            launch(self.function(f"{self.name}_{infix}_{sfx}", x), grid, block,
-                   [(x.ptr, PTR), (y.ptr, PTR), (outer, I64), (dim, I64)], ctx.stream)
+            launch_fast(self, self.name, fast, x, sfx,
+                        [(x.ptr, PTR), (y.ptr, PTR), (outer, I64), (dim, I64)], ctx.stream)
             return
         cache_n = 0 if self.log else min(dim, CACHE_BYTES // 8)
         launch(self.function(f"{self.name}_rows_v{v}_{sfx}", x), (min(outer, MAX_GRID), 1, 1),
@@ -250,9 +331,7 @@ class Normalization(CudaKernel):
                 (inv.ptr if inv is not None else 0, PTR), (rows, I64), (cols, I64), (eps, F64)]
         fast = fast_launch(rows, cols, v, x.dtype)
         if fast is not None:
-            infix, grid, block = fast
-            launch(self.function(f"{self.name}_{infix}_{sfx}", x), grid, block, args,
-                   ctx.stream)
+            launch_fast(self, self.name, fast, x, sfx, args, ctx.stream)
             return
         launch(self.function(f"{self.name}_v{v}_{sfx}", x), (min(rows, MAX_GRID), 1, 1),
                (block_for(cols // v), 1, 1), args, ctx.stream)
