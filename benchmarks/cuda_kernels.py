@@ -991,7 +991,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--json", action="store_true", help="print JSON instead of markdown")
     ap.add_argument("--fast-values", type=int, default=None,
                     help="tuning: values per thread the fast Softmax/LayerNorm kernels aim "
-                         "for (softmax.FAST_VALUES, default 16; no recompile needed)")
+                         "for (softmax.FAST_VALUES, default 32; no recompile needed)")
     ap.add_argument("--cache-child", action="store_true", help=argparse.SUPPRESS)
     return ap
 

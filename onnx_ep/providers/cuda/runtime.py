@@ -707,23 +707,51 @@ def launch_cached(fn: Function, grid: tuple[int, int, int], block: tuple[int, in
 
 
 _occupancy: dict[tuple[Any, int, int], int] = {}
+_dynamic_shared: dict[Any, int] = {}
+
+
+def allow_dynamic_shared(fn: Function) -> int:
+    """Let ``fn`` launch with as much dynamic shared memory as the device allows a block
+    (its opt-in maximum less ``fn``'s static shared memory; above 48 KiB a kernel must opt
+    in with cuFuncSetAttribute). Set once per function, to the maximum: on the H200 a
+    second, larger setting after a launch left launches of the larger size failing with
+    CUDA_ERROR_INVALID_VALUE. Returns the bytes allowed."""
+    n = _dynamic_shared.get(fn)
+    if n is None:
+        drv = driver()
+        dev = check(drv.cuCtxGetDevice(), "cuCtxGetDevice")
+        optin = int(check(drv.cuDeviceGetAttribute(
+            drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev),
+            "cuDeviceGetAttribute"))
+        static = int(check(drv.cuFuncGetAttribute(
+            drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn.handle),
+            f"cuFuncGetAttribute({fn.name})"))
+        n = optin - static
+        check(drv.cuFuncSetAttribute(
+            fn.handle, drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            n), f"cuFuncSetAttribute({fn.name}, {n} dynamic shared bytes)")
+        _dynamic_shared[fn] = n
+    return n
 
 
 def max_active_blocks(fn: Function, threads: int, shared_bytes: int = 0) -> int:
     """Blocks of ``threads`` threads (and ``shared_bytes`` of dynamic shared memory) of
     ``fn`` one multiprocessor holds at once (cuOccupancyMaxActiveBlocksPerMultiprocessor,
-    asked once per key). ``fn`` is first allowed ``shared_bytes`` of dynamic shared memory
-    (cuFuncSetAttribute; above 48 KiB, static included, a kernel must opt in).
+    asked once per key). With ``shared_bytes``, ``fn`` is first opted in to the most dynamic
+    shared memory the device allows (:func:`allow_dynamic_shared`).
+
+    :raises CudaError: CUDA_ERROR_INVALID_VALUE when ``shared_bytes`` exceeds that most.
     """
     key = (fn, int(threads), int(shared_bytes))
     n = _occupancy.get(key)
     if n is None:
         drv = driver()
         if shared_bytes > 0:
-            check(drv.cuFuncSetAttribute(
-                fn.handle,
-                drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                int(shared_bytes)), f"cuFuncSetAttribute({fn.name}, {shared_bytes} shared bytes)")
+            allowed = allow_dynamic_shared(fn)
+            if shared_bytes > allowed:
+                raise CudaError(f"{fn.name}: {shared_bytes} bytes of dynamic shared memory "
+                                f"requested, the device allows {allowed}",
+                                error_name="CUDA_ERROR_INVALID_VALUE")
         n = int(check(drv.cuOccupancyMaxActiveBlocksPerMultiprocessor(
             fn.handle, int(threads), int(shared_bytes)),
             f"cuOccupancyMaxActiveBlocksPerMultiprocessor({fn.name})"))

@@ -73,11 +73,11 @@ def test_unary_geometry_falls_back_for_a_misaligned_input() -> None:
     assert grid == elementwise.launch_geometry(4096)[0]
 
 
-@pytest.mark.parametrize("cols,v,want", [(4096, 4, (256, 4)), (4096, 8, (256, 2)),
+@pytest.mark.parametrize("cols,v,want", [(4096, 4, (128, 8)), (4096, 8, (128, 4)),
                                          (4096, 1, (512, 8)), (7, 1, (32, 1)),
-                                         (768, 4, (64, 4)), (32768, 4, (1024, 8)),
-                                         (32768, 8, (1024, 4)), (8193, 1, None),
-                                         (65536, 8, None)])
+                                         (768, 4, (32, 8)), (1000, 4, (32, 8)),
+                                         (32768, 4, (1024, 8)), (32768, 8, (1024, 4)),
+                                         (8193, 1, None), (65536, 8, None)])
 def test_fast_geometry_fits_rows_in_registers(cols, v, want) -> None:
     assert softmax.fast_geometry(cols, v) == want
     if want is not None:
@@ -93,23 +93,24 @@ def test_fast_launch_packs_short_rows_into_blocks_and_skips_float64() -> None:
 
 
 def test_pipelined_rows_need_16_byte_packs_and_buffers_that_fit(monkeypatch) -> None:
-    rows = softmax.fast_launch(16384, 4096, 4, np.float32)
-    assert rows.pipe_infix == "pipe_p4" and rows.block == (256, 1, 1)
+    rows = softmax.fast_launch(32768, 4096, 8, np.float16)
+    assert rows.pipe_infix == "pipe_p4" and rows.block == (128, 2, 1)
     assert rows.stages == 3 and rows.shared_bytes == 3 * 256 * 4 * 16   # 48 KiB
-    assert softmax.fast_launch(16384, 4096, 1, np.float32).stages == 0  # 4-byte loads
-    assert softmax.fast_launch(1, 4096, 4, np.float32).stages == 0      # one block in all
-    # rows of 8192 float32: 512 threads x 4 packs, 32 KiB a buffer: two do not fit in 48 KiB
-    assert softmax.fast_launch(100, 8192, 4, np.float32).stages == 0
-    monkeypatch.setattr(softmax, "PIPE_SHARED_BYTES", 64 * 1024)
-    assert softmax.fast_launch(100, 8192, 4, np.float32).stages == 2
-    monkeypatch.setattr(softmax, "PIPE_STAGES", 0)
+    assert softmax.fast_launch(32768, 4096, 1, np.float16).stages == 0  # 2-byte loads
+    assert softmax.fast_launch(2, 4096, 8, np.float16).stages == 0      # one block in all
+    # float32 rows of 4096: two rows of 128 threads x 8 packs a block, 32 KiB a buffer: two
+    # buffers do not fit in 48 KiB (the direct kernel runs); they do in 64 KiB
     assert softmax.fast_launch(16384, 4096, 4, np.float32).stages == 0
+    monkeypatch.setattr(softmax, "PIPE_SHARED_BYTES", 64 * 1024)
+    assert softmax.fast_launch(16384, 4096, 4, np.float32).stages == 2
+    monkeypatch.setattr(softmax, "PIPE_STAGES", 0)
+    assert softmax.fast_launch(32768, 4096, 8, np.float16).stages == 0
 
 
 def test_pipelined_grid_gives_every_block_the_same_number_of_row_groups() -> None:
-    rows = softmax.fast_launch(16384, 4096, 4, np.float32)
+    rows = softmax.fast_launch(32768, 4096, 8, np.float16)       # 16384 row groups
     assert rows.grid_for(528) == (512, 1, 1)      # 32 row groups each, not 31-32 over 528
-    assert rows.grid_for(16384) is None           # a block per row anyway: direct kernel
+    assert rows.grid_for(16384) is None           # a block per group anyway: direct kernel
     assert rows.grid_for(1) == (1, 1, 1)
     short = softmax.fast_launch(37, 64, 4, np.float32)   # 8 rows a block: 5 row groups
     assert short.grid_for(3) == (3, 1, 1) and short.grid_for(5) is None
@@ -117,9 +118,20 @@ def test_pipelined_grid_gives_every_block_the_same_number_of_row_groups() -> Non
 
 def test_pipelined_kernels_are_instantiated_for_every_pack_count() -> None:
     src = (KERNELS_DIR / "softmax.cu").read_text()
-    for sfx in ("f32", "f16", "bf16"):
-        assert re.search(rf"EP_PIPE_P1248\(\w+, {sfx}, \d+\)", src), sfx
-    assert set(softmax.FAST_PACKS) == {1, 2, 4, 8}
+    have = set(re.findall(r"EP_PIPE_P\((\w+), (\w+), (\d+), (\d+)\)", src))
+    for line in re.findall(r"EP_PIPE_P124\((\w+), (\w+), (\d+)\)", src):
+        have |= {(*line, str(p)) for p in (1, 2, 4)}
+    import ml_dtypes
+
+    picked = 0
+    for dtype, sfx in ((np.float32, "f32"), (np.float16, "f16"), (ml_dtypes.bfloat16, "bf16")):
+        v = 16 // np.dtype(dtype).itemsize
+        for cols in range(v, 40000, 13 * v):
+            rows = softmax.fast_launch(1 << 20, cols, v, dtype)
+            if rows is not None and rows.stages:
+                picked += 1
+                assert any(h[1:] == (sfx, str(v), str(rows.packs)) for h in have), (sfx, cols)
+    assert picked > 100
 
 
 def test_fast_kernels_are_instantiated_for_every_geometry_the_host_picks() -> None:

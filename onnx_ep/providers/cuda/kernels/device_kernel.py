@@ -147,14 +147,12 @@ def struct_arg(value: ctypes.Structure) -> tuple[Any, Any]:
 class CudaKernel:
     """Base of the families' kernels: capture-supported, no workspace, per-node binding.
 
-    Subclasses set ``source`` (the ``kernels/<source>.cu`` family; ``options``: extra NVRTC
-    options it compiles with) and implement ``supports``, ``infer_outputs`` and
-    ``execute_with_workspace``. :meth:`bind` gives
+    Subclasses set ``source`` (the ``kernels/<source>.cu`` family) and implement
+    ``supports``, ``infer_outputs`` and ``execute_with_workspace``. :meth:`bind` gives
     each node its own copy, whose ``parity`` is :meth:`parity_for` the node's dtype.
     """
 
     source: str = ""
-    options: tuple[str, ...] = ()
     parity: Parity = Parity.EXACT
     aliases: dict[int, int] | None = None
 
@@ -193,8 +191,7 @@ class CudaKernel:
         """The compiled ``symbol`` of this family for ``tensor``'s device."""
         from onnx_ep.providers.cuda import nvrtc, runtime
 
-        return nvrtc.get_function(self.source, symbol, runtime.get_device(tensor.device),
-                                  self.options)
+        return nvrtc.get_function(self.source, symbol, runtime.get_device(tensor.device))
 
     def fail(self, ctx: ExecutionContext, message: str) -> NodeError:
         return NodeError(f"(cuda) {message}", node=ctx.node.name, op_type=ctx.node.op_type)

@@ -220,10 +220,9 @@ __device__ void norm_rows(const T* __restrict__ x, const T* __restrict__ scale,
 // LayerNorm / RMSNorm: the arithmetic of norm_rows above, operation for operation, except
 // that each thread sums its values with float two-sums (no float64 per element) before the
 // row's float64 combination.
-// Conversions are the hardware's (float16 in pairs): a NaN input gives a NaN output, not
-// necessarily with the input's payload (the promises are tolerances, under which NaN
-// matches NaN). -DEP_ROW_SCALAR_CONVERT restores per-value, payload-keeping conversions and
-// expf for every type (kept for benchmarking the difference).
+// Conversions are the hardware's, in pairs for the 2-byte types (Pack below): a NaN input
+// gives a NaN output, not necessarily with the input's payload (the promises are
+// tolerances, under which NaN matches NaN).
 
 struct SumF64 { static __device__ __forceinline__ double comb(double a, double b) { return a + b; } };
 struct MaxF32 {  // NaN-blind (fmaxf): a NaN shows up in the sum instead
@@ -263,73 +262,80 @@ __device__ __noinline__ double exp_slow(double v) { return exp(v); }
 // exp(v), v <= 0, of the fast Softmax rows (see above)
 template <class T>
 __device__ __forceinline__ float row_exp(float v) {
-#ifndef EP_ROW_SCALAR_CONVERT
-    if (sizeof(T) < 4) return __expf(v);
-#endif
-    return expf(v);
+    return sizeof(T) < 4 ? __expf(v) : expf(v);
 }
 
-// V values of T <-> float
-template <class T, int V> struct Pack {
-    static __device__ __forceinline__ void load(const Vec<T, V>& q, float (&f)[V]) {
-#pragma unroll
-        for (int k = 0; k < V; ++k) f[k] = to_f32(q.v[k]);
+// One 32-bit word of a pack <-> its float values: one float, or two float16 / bfloat16
+// (the lower address in the low half). float16 converts in hardware (a NaN stays a NaN,
+// payload not kept); bfloat16 widens by a shift (exact) and rounds to nearest even in pairs.
+template <class T> struct Word;
+template <> struct Word<float> {
+    static constexpr int N = 1;
+    static __device__ __forceinline__ void get(unsigned w, float* f) { f[0] = __uint_as_float(w); }
+    static __device__ __forceinline__ unsigned put(const float* f) { return __float_as_uint(f[0]); }
+};
+template <> struct Word<f16> {
+    static constexpr int N = 2;
+    static __device__ __forceinline__ void get(unsigned w, float* f) {
+        asm("{.reg .b16 lo, hi;\n mov.b32 {lo, hi}, %2;\n cvt.f32.f16 %0, lo;\n"
+            " cvt.f32.f16 %1, hi;}\n" : "=f"(f[0]), "=f"(f[1]) : "r"(w));
     }
-    static __device__ __forceinline__ Vec<T, V> store(const float (&f)[V]) {
-        Vec<T, V> q;
-#pragma unroll
-        for (int k = 0; k < V; ++k) q.v[k] = round_from32<T>(f[k]);
-        return q;
+    static __device__ __forceinline__ unsigned put(const float* f) {
+        unsigned w;
+        asm("cvt.rn.f16x2.f32 %0, %2, %1;\n" : "=r"(w) : "f"(f[0]), "f"(f[1]));
+        return w;
     }
 };
-#ifndef EP_ROW_SCALAR_CONVERT
-template <int V> struct Pack<f16, V> {
-    static __device__ __forceinline__ void load(const Vec<f16, V>& q, float (&f)[V]) {
-        if (V % 2 == 0) {
-            const __half2* h = reinterpret_cast<const __half2*>(q.v);
-#pragma unroll
-            for (int k = 0; k < V / 2; ++k) {
-                const float2 t = __half22float2(h[k]);
-                f[2 * k] = t.x;
-                f[2 * k + 1] = t.y;
-            }
-        } else {
-#pragma unroll
-            for (int k = 0; k < V; ++k) f[k] = __half2float(q.v[k]);
-        }
+template <> struct Word<bf16> {
+    static constexpr int N = 2;
+    static __device__ __forceinline__ void get(unsigned w, float* f) {
+        f[0] = __uint_as_float(w << 16);
+        f[1] = __uint_as_float(w & 0xffff0000u);
     }
-    static __device__ __forceinline__ Vec<f16, V> store(const float (&f)[V]) {
-        Vec<f16, V> q;
-        if (V % 2 == 0) {
-            __half2* h = reinterpret_cast<__half2*>(q.v);
-#pragma unroll
-            for (int k = 0; k < V / 2; ++k) h[k] = __floats2half2_rn(f[2 * k], f[2 * k + 1]);
-        } else {
-#pragma unroll
-            for (int k = 0; k < V; ++k) q.v[k] = __float2half_rn(f[k]);
-        }
-        return q;
-    }
-};
-template <int V> struct Pack<bf16, V> {
-    static __device__ __forceinline__ void load(const Vec<bf16, V>& q, float (&f)[V]) {
-#pragma unroll
-        for (int k = 0; k < V; ++k) f[k] = to_f32(q.v[k]);     // a shift: exact, NaN kept
-    }
-    static __device__ __forceinline__ Vec<bf16, V> store(const float (&f)[V]) {
-        Vec<bf16, V> q;
-        if (V % 2 == 0) {
-            __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(q.v);
-#pragma unroll
-            for (int k = 0; k < V / 2; ++k) h[k] = __floats2bfloat162_rn(f[2 * k], f[2 * k + 1]);
-        } else {
-#pragma unroll
-            for (int k = 0; k < V; ++k) q.v[k] = __float2bfloat16_rn(f[k]);
-        }
-        return q;
-    }
-};
+    static __device__ __forceinline__ unsigned put(const float* f) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+        unsigned w;
+        asm("cvt.rn.bf16x2.f32 %0, %2, %1;\n" : "=r"(w) : "f"(f[0]), "f"(f[1]));
+        return w;
+#else
+        return (unsigned)bits16(round_from32<bf16>(f[0])) |
+               (unsigned)bits16(round_from32<bf16>(f[1])) << 16;
 #endif
+    }
+};
+
+// V values of T <-> float, a pack at a time. A 16-byte pack moves as one uint4 (one
+// LDG / LDS / STG.128: a Vec of 2-byte values read element by element compiled to 2-byte
+// loads) and converts word by word; V = 1 is one element (rows not 16-byte aligned).
+template <class T, int V> struct Pack {
+    static_assert(sizeof(T) * V == 16, "packs are 16 bytes or one element");
+    static constexpr int N = Word<T>::N;
+    static __device__ __forceinline__ void unpack(const uint4& r, float (&f)[V]) {
+        Word<T>::get(r.x, &f[0]);
+        Word<T>::get(r.y, &f[N]);
+        Word<T>::get(r.z, &f[2 * N]);
+        Word<T>::get(r.w, &f[3 * N]);
+    }
+    static __device__ __forceinline__ void load(const Vec<T, V>* p, float (&f)[V]) {
+        unpack(*reinterpret_cast<const uint4*>(p), f);
+    }
+    static __device__ __forceinline__ void store(Vec<T, V>* p, const float (&f)[V]) {
+        uint4 r;
+        r.x = Word<T>::put(&f[0]);
+        r.y = Word<T>::put(&f[N]);
+        r.z = Word<T>::put(&f[2 * N]);
+        r.w = Word<T>::put(&f[3 * N]);
+        *reinterpret_cast<uint4*>(p) = r;
+    }
+};
+template <class T> struct Pack<T, 1> {
+    static __device__ __forceinline__ void load(const Vec<T, 1>* p, float (&f)[1]) {
+        f[0] = to_f32(p->v[0]);
+    }
+    static __device__ __forceinline__ void store(Vec<T, 1>* p, const float (&f)[1]) {
+        p->v[0] = round_from32<T>(f[0]);
+    }
+};
 
 // the combination of ``v`` over the row's blockDim.x threads, the same in every thread;
 // ``sh`` holds 32 partials (every thread of the block must call it: it synchronizes)
@@ -365,7 +371,7 @@ __device__ __forceinline__ void rows_direct(const T* __restrict__ x, long long r
     const long long nv = cols / V;
     const VT* xv = reinterpret_cast<const VT*>(x + (active ? row : 0) * cols);
     float v[P][V];
-    EP_FAST_PACKS(P) Pack<T, V>::load(xv[EP_FAST_J(p)], v[p]);
+    EP_FAST_PACKS(P) Pack<T, V>::load(xv + EP_FAST_J(p), v[p]);
     body(v, active, row);
 }
 
@@ -432,10 +438,7 @@ __device__ __forceinline__ void rows_pipelined(const T* __restrict__ x, long lon
         const bool active = row < rows;
         const uint4* src = mine + cur * stage_packs;
         float v[P][V];
-        EP_FAST_PACKS(P) {
-            const uint4 raw = src[p * blockDim.x];
-            Pack<T, V>::load(*reinterpret_cast<const VT*>(&raw), v[p]);
-        }
+        EP_FAST_PACKS(P) Pack<T, V>::unpack(src[p * blockDim.x], v[p]);
         body(v, active, row);
         cur = cur + 1 == stages ? 0 : cur + 1;
     }
@@ -455,40 +458,49 @@ __device__ __forceinline__ void softmax_row(float (&v)[P][V], bool active, long 
         for (int k = 0; k < V; ++k) m = fmaxf(m, v[p][k]);
     }
     m = row_reduce<MaxF32>(m, shf);
+    // the row's branch (fin) is taken by all of its threads; the reductions stay outside it,
+    // as other rows of the block may take the other one
     const bool fin = isfinite(m);
     const float shift = fin ? m : 0.0f;
-    float es = 0.0f, ec = 0.0f;
-    double sd = 0.0;
-    EP_FAST_PACKS(P) {
+    double part;
+    if (fin) {
+        float es = 0.0f, ec = 0.0f;
+        EP_FAST_PACKS(P) {
 #pragma unroll
-        for (int k = 0; k < V; ++k) {
-            if (fin) {
+            for (int k = 0; k < V; ++k) {
                 const float e = row_exp<T>(v[p][k] - shift);
                 if (!LOG) v[p][k] = e;
                 part_add<T>(es, ec, e);
-            } else {
-                sd += exp_slow((double)v[p][k]);
             }
         }
+        part = part_value<T>(es, ec);
+    } else {
+        part = 0.0;
+        EP_FAST_PACKS(P) {
+#pragma unroll
+            for (int k = 0; k < V; ++k) part += exp_slow((double)v[p][k]);
+        }
     }
-    const double s = row_reduce<SumF64>(fin ? part_value<T>(es, ec) : sd, shd);
-    const float inv = (float)(1.0 / s);
-    const double ls = LOG ? log(s) : 0.0;
-    EP_FAST_PACKS(P) {
-        VT out;
-        if (!LOG && fin) {
+    const double s = row_reduce<SumF64>(part, shd);
+    if (!LOG && fin) {
+        const float inv = (float)(1.0 / s);
+        EP_FAST_PACKS(P) {
             float o[V];
 #pragma unroll
             for (int k = 0; k < V; ++k) o[k] = v[p][k] * inv;
-            out = Pack<T, V>::store(o);
-        } else {
+            Pack<T, V>::store(yv + EP_FAST_J(p), o);
+        }
+    } else {
+        const double ls = LOG ? log(s) : 0.0;
+        EP_FAST_PACKS(P) {
+            VT out;
 #pragma unroll
             for (int k = 0; k < V; ++k) {
                 if (LOG) out.v[k] = round_from64<T>(((double)v[p][k] - (double)shift) - ls);
                 else out.v[k] = round_from64<T>(exp_slow((double)v[p][k]) / s);
             }
+            yv[EP_FAST_J(p)] = out;
         }
-        yv[EP_FAST_J(p)] = out;
     }
 }
 
@@ -529,15 +541,15 @@ __device__ __forceinline__ void norm_row(float (&v)[P][V], bool active, long lon
     EP_FAST_PACKS(P) {
         const long long j = EP_FAST_J(p);
         float sc[V], b[V], o[V];
-        Pack<T, V>::load(sv[j], sc);
-        if (bias) Pack<T, V>::load(bv[j], b);
+        Pack<T, V>::load(sv + j, sc);
+        if (bias) Pack<T, V>::load(bv + j, b);
 #pragma unroll
         for (int k = 0; k < V; ++k) {
             W d = v[p][k] - mean;
             o[k] = d * inv * sc[k];
             if (bias) o[k] = o[k] + b[k];
         }
-        yv[j] = Pack<T, V>::store(o);     // o is a float: the same single rounding
+        Pack<T, V>::store(yv + j, o);     // o is a float: the same single rounding
     }
     if (active && threadIdx.x == 0) {
         if (mean_out) mean_out[row] = mean;
@@ -638,17 +650,16 @@ extern "C" __global__ void __launch_bounds__(1024) rms_norm_##NAME##_##S(       
 #define EP_PIPE_P(T, S, V, P) EP_FAST_KERNELS(T, S, V, P, pipe_p##P, true, EP_COMMA int stages, stages)
 // P packs of V per thread, at most 32 values (softmax.py fast_geometry): V = 1 or 16 bytes
 #define EP_FAST_P124(T, S, V) EP_FAST_VP(T, S, V, 1) EP_FAST_VP(T, S, V, 2) EP_FAST_VP(T, S, V, 4)
-#define EP_PIPE_P1248(T, S, V) EP_PIPE_P(T, S, V, 1) EP_PIPE_P(T, S, V, 2) EP_PIPE_P(T, S, V, 4) \
-    EP_PIPE_P(T, S, V, 8)
+#define EP_PIPE_P124(T, S, V) EP_PIPE_P(T, S, V, 1) EP_PIPE_P(T, S, V, 2) EP_PIPE_P(T, S, V, 4)
 EP_FAST_P124(float, f32, 1) EP_FAST_VP(float, f32, 1, 8)
 EP_FAST_P124(float, f32, 4) EP_FAST_VP(float, f32, 4, 8)
 EP_FAST_P124(f16, f16, 1) EP_FAST_VP(f16, f16, 1, 8)
 EP_FAST_P124(f16, f16, 8)
 EP_FAST_P124(bf16, bf16, 1) EP_FAST_VP(bf16, bf16, 1, 8)
 EP_FAST_P124(bf16, bf16, 8)
-EP_PIPE_P1248(float, f32, 4)
-EP_PIPE_P1248(f16, f16, 8)
-EP_PIPE_P1248(bf16, bf16, 8)
+EP_PIPE_P124(float, f32, 4) EP_PIPE_P(float, f32, 4, 8)
+EP_PIPE_P124(f16, f16, 8)
+EP_PIPE_P124(bf16, bf16, 8)
 
 // VW: elements per 16-byte vector
 EP_SOFTMAX(float, f32, 4)

@@ -5,9 +5,9 @@ float type (plus one output ulp for float16/bfloat16, as a sum order can decide 
 rounding tie). float64 inputs, and rows too long for the fast kernels, compute in
 float64 and round once, like the reference (docs/PARITY.md). The fast kernels (float32,
 float16, bfloat16 rows of up to 32 values per thread) take exp in float32 (CUDA expf,
-<= 2 ulp) and sum in float64: within ~5 float32 ulps of the reference's float64 recipe,
-under the 1e-6 (~8 ulp) bound; rows whose max is not finite take the float64 recipe
-there too (softmax.cu). Before opset 13 the input is flattened to 2-D at ``axis``; from
+<= 2 ulp; ``__expf`` for float16/bfloat16, whose outputs keep 11/8 bits) and sum in
+float64: within ~5 float32 ulps of the reference's float64 recipe, under the 1e-6 (~8 ulp)
+bound; rows whose max is not finite take the float64 recipe there too (softmax.cu). Before opset 13 the input is flattened to 2-D at ``axis``; from
 13 on the op normalizes along ``axis`` alone.
 
 LayerNormalization (opset 17) and RMSNormalization (opset 23) replay the reference's
@@ -19,7 +19,9 @@ hold exactly one value per normalized element.
 Rows along the last axis run :func:`fast_geometry`'s kernels where they fit: the row read
 from DRAM once into registers and written once, 16-byte loads when the row length and
 pointers allow, a warp to 1024 threads per row, warp-shuffle reductions in a fixed order
-(bit-identical run to run). Longer rows take the multi-pass kernels (one block of <= 256
+(bit-identical run to run). With 16-byte packs and more row groups than the device holds
+blocks at once, persistent blocks prefetch their next rows into shared memory with
+cp.async while reducing the current one (:func:`fast_launch`; same arithmetic, same bytes). Longer rows take the multi-pass kernels (one block of <= 256
 threads per row, the exp of the first 5,632 values cached in shared memory).
 """
 
@@ -55,7 +57,7 @@ CACHE_BYTES = 44 * 1024
 VECTOR_BYTES = 16
 #: fast kernels: values of a row each thread aims to hold, the most it may hold (registers:
 #: the kernels are built for 1024-thread blocks, 64 registers), and packs per thread built
-FAST_VALUES = 16
+FAST_VALUES = 32
 FAST_MAX_VALUES = 32
 FAST_PACKS = (1, 2, 4, 8)
 FAST_MAX_THREADS = 1024
