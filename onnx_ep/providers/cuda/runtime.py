@@ -713,9 +713,8 @@ _dynamic_shared: dict[Any, int] = {}
 def allow_dynamic_shared(fn: Function) -> int:
     """Let ``fn`` launch with as much dynamic shared memory as the device allows a block
     (its opt-in maximum less ``fn``'s static shared memory; above 48 KiB a kernel must opt
-    in with cuFuncSetAttribute). Set once per function, to the maximum: on the H200 a
-    second, larger setting after a launch left launches of the larger size failing with
-    CUDA_ERROR_INVALID_VALUE. Returns the bytes allowed."""
+    in with cuFuncSetAttribute). Set once per function, to the maximum, so that launches of
+    any size up to it need no further driver call. Returns the bytes allowed."""
     n = _dynamic_shared.get(fn)
     if n is None:
         drv = driver()
