@@ -316,8 +316,10 @@ template <class T, int V> struct Pack {
         Word<T>::get(r.z, &f[2 * N]);
         Word<T>::get(r.w, &f[3 * N]);
     }
+    // read-only data (rows of X, Scale, B): one ld.global.nc.v4 (a plain dereference let
+    // the compiler split float16 packs into 4-byte loads)
     static __device__ __forceinline__ void load(const Vec<T, V>* p, float (&f)[V]) {
-        unpack(*reinterpret_cast<const uint4*>(p), f);
+        unpack(__ldg(reinterpret_cast<const uint4*>(p)), f);
     }
     static __device__ __forceinline__ void store(Vec<T, V>* p, const float (&f)[V]) {
         uint4 r;
@@ -526,11 +528,13 @@ __device__ __forceinline__ void norm_row(float (&v)[P][V], bool active, long lon
         mean = round_from64<W>(row_reduce<SumF64>(part_value<T>(ms, mc), shd) / n);
     }
     // sum of squared deviations (LayerNorm) or of squares (RMSNorm), each squared in W
+    // (v keeps the deviation d for the output loop: the same value it would compute again)
     float vs = 0.0f, vc = 0.0f;
     EP_FAST_PACKS(P) {
 #pragma unroll
         for (int k = 0; k < V; ++k) {
-            W d = v[p][k] - mean;
+            const W d = v[p][k] - mean;
+            v[p][k] = d;
             part_add<T>(vs, vc, d * d);
         }
     }
@@ -545,8 +549,7 @@ __device__ __forceinline__ void norm_row(float (&v)[P][V], bool active, long lon
         if (bias) Pack<T, V>::load(bv + j, b);
 #pragma unroll
         for (int k = 0; k < V; ++k) {
-            W d = v[p][k] - mean;
-            o[k] = d * inv * sc[k];
+            o[k] = v[p][k] * inv * sc[k];
             if (bias) o[k] = o[k] + b[k];
         }
         Pack<T, V>::store(yv + j, o);     // o is a float: the same single rounding
