@@ -10,13 +10,13 @@ of the device-to-device copy measured first.
 
 A configuration is ``key=value`` pairs joined by commas:
 
-* ``stages``: PIPE_STAGES (0: the direct kernels; 2-4: pipelined through shared memory);
+* ``stages``: PIPE_STAGES (0: the direct kernels; 2-4: pipelined through shared memory; 2);
 * ``shared``: PIPE_SHARED_BYTES in KiB (48);
 * ``values``: FAST_VALUES, the row values each thread aims to hold (32).
 
 Usage::
 
-    python benchmarks/row_kernels.py [--configs "stages=0 stages=3 stages=3,values=32"]
+    python benchmarks/row_kernels.py [--configs "stages=2 stages=0 stages=3,values=16"]
 """
 
 from __future__ import annotations
@@ -36,12 +36,12 @@ except ImportError:     # run from a checkout without installing: use the reposi
 from cuda_kernels import (BF16, F16, F32, SHORT, Bench, KernelStep, bench_copy, layernorm_case,
                           softmax_case)
 
-DEFAULT_CONFIGS = ("stages=3 stages=0 stages=2 stages=4,shared=64 stages=3,shared=96 "
-                   "stages=3,values=16 stages=0,values=16")
+DEFAULT_CONFIGS = ("stages=2 stages=0 stages=3 stages=4,shared=64 stages=2,shared=96 "
+                   "stages=2,values=16 stages=0,values=16")
 
 
 def parse_config(text: str) -> dict[str, int]:
-    out = {"stages": 3, "shared": 48, "values": 32}
+    out = {"stages": 2, "shared": 48, "values": 32}
     for part in filter(None, text.split(",")):
         key, _, value = part.partition("=")
         if key not in out:

@@ -95,7 +95,10 @@ def test_fast_launch_packs_short_rows_into_blocks_and_skips_float64() -> None:
 def test_pipelined_rows_need_16_byte_packs_and_buffers_that_fit(monkeypatch) -> None:
     rows = softmax.fast_launch(32768, 4096, 8, np.float16)
     assert rows.pipe_infix == "pipe_p4" and rows.block == (128, 2, 1)
-    assert rows.stages == 3 and rows.shared_bytes == 3 * 256 * 4 * 16   # 48 KiB
+    assert rows.stages == 2 and rows.shared_bytes == 2 * 256 * 4 * 16   # 32 KiB
+    monkeypatch.setattr(softmax, "PIPE_STAGES", 4)                      # 4 do not fit: 3
+    assert softmax.fast_launch(32768, 4096, 8, np.float16).stages == 3
+    monkeypatch.setattr(softmax, "PIPE_STAGES", 2)
     assert softmax.fast_launch(32768, 4096, 1, np.float16).stages == 0  # 2-byte loads
     assert softmax.fast_launch(2, 4096, 8, np.float16).stages == 0      # one block in all
     # float32 rows of 4096: two rows of 128 threads x 8 packs a block, 32 KiB a buffer: two

@@ -528,13 +528,11 @@ __device__ __forceinline__ void norm_row(float (&v)[P][V], bool active, long lon
         mean = round_from64<W>(row_reduce<SumF64>(part_value<T>(ms, mc), shd) / n);
     }
     // sum of squared deviations (LayerNorm) or of squares (RMSNorm), each squared in W
-    // (v keeps the deviation d for the output loop: the same value it would compute again)
     float vs = 0.0f, vc = 0.0f;
     EP_FAST_PACKS(P) {
 #pragma unroll
         for (int k = 0; k < V; ++k) {
-            const W d = v[p][k] - mean;
-            v[p][k] = d;
+            W d = v[p][k] - mean;
             part_add<T>(vs, vc, d * d);
         }
     }
@@ -549,7 +547,8 @@ __device__ __forceinline__ void norm_row(float (&v)[P][V], bool active, long lon
         if (bias) Pack<T, V>::load(bv + j, b);
 #pragma unroll
         for (int k = 0; k < V; ++k) {
-            o[k] = v[p][k] * inv * sc[k];
+            W d = v[p][k] - mean;
+            o[k] = d * inv * sc[k];
             if (bias) o[k] = o[k] + b[k];
         }
         Pack<T, V>::store(yv + j, o);     // o is a float: the same single rounding

@@ -67,7 +67,7 @@ MAX_GRID_X = (1 << 31) - 1
 #: pipelined fast rows (16-byte packs): row buffers per block (2-4; 0 turns the pipelined
 #: kernels off) and the dynamic shared memory a block may take for them (above 48 KiB the
 #: kernel is opted in to more)
-PIPE_STAGES = 3
+PIPE_STAGES = 2
 PIPE_SHARED_BYTES = 48 * 1024
 #: most blocks of a pipelined kernel's persistent grid (``None``: as many as the device holds
 #: at once); tests lower it so that every block walks many rows
