@@ -59,24 +59,23 @@ def apply(config: dict[str, int]) -> None:
 
 
 def describe(dtype: Any, rows: int, cols: int) -> str:
-    """Which kernel the configuration runs at this shape, and its grid."""
+    """Which kernel the current settings run at this shape, and its grid."""
     from onnx_ep.providers.cuda import nvrtc, runtime
     from onnx_ep.providers.cuda.kernels import softmax
     from onnx_ep.providers.cuda.kernels.device_kernel import suffix
 
-    v = 16 // dtype.itemsize
-    fr = softmax.fast_launch(rows, cols, v, dtype)
+    fr = softmax.fast_launch(rows, cols, 16 // dtype.itemsize, dtype)
     if fr is None:
         return "multi-pass"
-    if fr.stages:
-        device = runtime.get_device(0)
-        fn = nvrtc.get_function("softmax", f"softmax_{fr.pipe_infix}_{suffix(dtype)}", device)
-        per_sm = runtime.max_active_blocks(fn, fr.block[0] * fr.block[1], fr.shared_bytes)
-        grid = fr.grid_for(per_sm * device.multiprocessors)
-        if grid is not None:
-            return (f"{fr.pipe_infix} x{fr.stages} {fr.block[0]}x{fr.block[1]} thr, "
-                    f"{grid[0]} blocks ({per_sm}/SM), {fr.shared_bytes // 1024} KiB")
-    return f"{fr.direct_infix} {fr.block[0]}x{fr.block[1]} thr, {fr.grid[0]} blocks"
+    device = runtime.get_device(0)
+    fn, grid, stages = softmax.fast_kernel(
+        fr, lambda infix: nvrtc.get_function("softmax", f"softmax_{infix}_{suffix(dtype)}",
+                                             device), device)
+    threads = f"{fr.block[0]}x{fr.block[1]} thr, {grid[0]} blocks"
+    if not stages:
+        return f"{fr.direct_infix} {threads}"
+    per_sm = runtime.max_active_blocks(fn, fr.block[0] * fr.block[1], fr.shared_bytes)
+    return f"{fr.pipe_infix} x{stages} {threads} ({per_sm}/SM), {fr.shared_bytes // 1024} KiB"
 
 
 def main(argv: list[str] | None = None) -> int:

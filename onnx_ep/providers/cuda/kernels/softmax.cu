@@ -649,7 +649,8 @@ extern "C" __global__ void __launch_bounds__(1024) rms_norm_##NAME##_##S(       
 // direct rows: *_fast_v<V>_p<P>_<S>(..., rows, cols)
 #define EP_FAST_VP(T, S, V, P) EP_FAST_KERNELS(T, S, V, P, fast_v##V##_p##P, false, , 0)
 // pipelined rows (16-byte packs): *_pipe_p<P>_<S>(..., rows, cols, int stages)
-#define EP_PIPE_P(T, S, V, P) EP_FAST_KERNELS(T, S, V, P, pipe_p##P, true, EP_COMMA int stages, stages)
+#define EP_PIPE_P(T, S, V, P) \
+    EP_FAST_KERNELS(T, S, V, P, pipe_p##P, true, EP_COMMA int stages, stages)
 // P packs of V per thread, at most 32 values (softmax.py fast_geometry): V = 1 or 16 bytes
 #define EP_FAST_P124(T, S, V) EP_FAST_VP(T, S, V, 1) EP_FAST_VP(T, S, V, 2) EP_FAST_VP(T, S, V, 4)
 #define EP_PIPE_P124(T, S, V) EP_PIPE_P(T, S, V, 1) EP_PIPE_P(T, S, V, 2) EP_PIPE_P(T, S, V, 4)

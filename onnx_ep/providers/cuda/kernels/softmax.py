@@ -1,32 +1,34 @@
 """Softmax, LogSoftmax, LayerNormalization and RMSNormalization on CUDA (``softmax.cu``).
 
-Softmax and LogSoftmax keep the reference's bound ``rtol=1e-6, atol=1e-7`` for every
-float type (plus one output ulp for float16/bfloat16, as a sum order can decide a
-rounding tie). float64 inputs, and rows too long for the fast kernels, compute in
-float64 and round once, like the reference (docs/PARITY.md). The fast kernels (float32,
-float16, bfloat16 rows of up to 32 values per thread) take exp in float32 (CUDA expf,
-<= 2 ulp; ``__expf`` for float16/bfloat16, whose outputs keep 11/8 bits) and sum in
-float64: within ~5 float32 ulps of the reference's float64 recipe, under the 1e-6 (~8 ulp)
-bound; rows whose max is not finite take the float64 recipe there too (softmax.cu). Before opset 13 the input is flattened to 2-D at ``axis``; from
-13 on the op normalizes along ``axis`` alone.
+Softmax and LogSoftmax keep the reference's bound ``rtol=1e-6, atol=1e-7`` for every float
+type (plus one output ulp for float16/bfloat16, as a sum order can decide a rounding tie).
+float64 inputs, and rows too long for the fast kernels, compute in float64 and round once,
+like the reference (docs/PARITY.md). The fast kernels (float32, float16, bfloat16 rows of up
+to 32 values per thread) take exp in float32 (CUDA expf, <= 2 ulp; ``__expf`` for
+float16/bfloat16, whose outputs keep 11/8 bits) and sum in float64: within ~5 float32 ulps
+of the reference's float64 recipe, under the 1e-6 (~8 ulp) bound; rows whose max is not
+finite take the float64 recipe there too (softmax.cu). Before opset 13 the input is
+flattened to 2-D at ``axis``; from 13 on the op normalizes along ``axis`` alone.
 
 LayerNormalization (opset 17) and RMSNormalization (opset 23) replay the reference's
-operations in its stash type (float32; float64 for float64 inputs) with the two
-statistics accumulated in double: ``rtol=1e-4, atol=1e-5`` (+ one output ulp for
-float16/bfloat16). ``stash_type`` other than 1 (float) is declined; Scale and B must
-hold exactly one value per normalized element.
+operations in its stash type (float32; float64 for float64 inputs) with the two statistics
+accumulated in double: ``rtol=1e-4, atol=1e-5`` (+ one output ulp for float16/bfloat16).
+``stash_type`` other than 1 (float) is declined; Scale and B must hold exactly one value per
+normalized element.
 
 Rows along the last axis run :func:`fast_geometry`'s kernels where they fit: the row read
 from DRAM once into registers and written once, 16-byte loads when the row length and
 pointers allow, a warp to 1024 threads per row, warp-shuffle reductions in a fixed order
 (bit-identical run to run). With 16-byte packs and more row groups than the device holds
-blocks at once, persistent blocks prefetch their next rows into shared memory with
-cp.async while reducing the current one (:func:`fast_launch`; same arithmetic, same bytes). Longer rows take the multi-pass kernels (one block of <= 256
-threads per row, the exp of the first 5,632 values cached in shared memory).
+blocks at once, persistent blocks prefetch their next rows into shared memory with cp.async
+while reducing the current one (:func:`fast_kernel`; same arithmetic, same bytes). Longer
+rows take the multi-pass kernels (one block of <= 256 threads per row, the exp of the first
+5,632 values cached in shared memory).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -179,25 +181,38 @@ def fast_launch(outer: int, cols: int, v: int, dtype: Any) -> FastRows | None:
     return FastRows(v, packs, grid, block)
 
 
-def launch_fast(kernel: CudaKernel, name: str, rows: FastRows, x: Any, sfx: str,
-                args: list[tuple[Any, Any]], stream: Any) -> None:
-    """Launch ``rows``' kernel of ``name`` (``"softmax"``, ``"layer_norm"``, ...) with
-    ``args``: the pipelined one (``args`` + its stage count, a persistent grid) when
-    :meth:`FastRows.grid_for` gives it a grid, else the direct one."""
+def fast_kernel(rows: FastRows, function: Callable[[str], Any], device: Any
+                ) -> tuple[Any, tuple[int, int, int], int]:
+    """``(function, grid, stages)`` of the kernel that runs ``rows``: the pipelined one
+    (stages > 0, a persistent grid) when :meth:`FastRows.grid_for` gives it a grid on
+    ``device``, else the direct one (stages 0). ``function(infix)`` loads a kernel."""
     if rows.stages:
         from onnx_ep.providers.cuda import runtime
 
-        fn = kernel.function(f"{name}_{rows.pipe_infix}_{sfx}", x)
+        fn = function(rows.pipe_infix)
         per_sm = runtime.max_active_blocks(fn, rows.block[0] * rows.block[1],
                                            rows.shared_bytes)
-        resident = per_sm * runtime.get_device(x.device).multiprocessors
+        resident = per_sm * device.multiprocessors
         grid = rows.grid_for(min(resident, PIPE_MAX_BLOCKS or resident))
         if grid is not None:
-            launch(fn, grid, rows.block, [*args, (rows.stages, I32)], stream,
-                   shared_bytes=rows.shared_bytes)
-            return
-    launch(kernel.function(f"{name}_{rows.direct_infix}_{sfx}", x), rows.grid, rows.block,
-           args, stream)
+            return fn, grid, rows.stages
+    return function(rows.direct_infix), rows.grid, 0
+
+
+def launch_fast(kernel: CudaKernel, name: str, rows: FastRows, x: Any, sfx: str,
+                args: list[tuple[Any, Any]], stream: Any) -> None:
+    """Launch :func:`fast_kernel`'s choice for ``rows`` of ``name`` (``"softmax"``,
+    ``"layer_norm"``, ...) with ``args`` (a pipelined kernel also gets its stage count)."""
+    from onnx_ep.providers.cuda import runtime
+
+    fn, grid, stages = fast_kernel(
+        rows, lambda infix: kernel.function(f"{name}_{infix}_{sfx}", x),
+        runtime.get_device(x.device))
+    if stages:
+        launch(fn, grid, rows.block, [*args, (stages, I32)], stream,
+               shared_bytes=rows.shared_bytes)
+    else:
+        launch(fn, grid, rows.block, args, stream)
 
 
 def softmax_geometry(shape: tuple[int, ...], axis: int, opset: int) -> tuple[int, int, int]:
