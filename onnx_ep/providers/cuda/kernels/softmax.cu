@@ -394,11 +394,12 @@ __device__ __forceinline__ void cp_async16(uint4* dst, const uint4* src) { *dst 
 __device__ __forceinline__ void cp_async_commit() {}
 template <int N> __device__ __forceinline__ void cp_async_wait() {}
 #endif
-// every group but the newest ``stages - 2`` has landed (stages: 2, 3 or 4)
+// every group but the newest ``stages - 1`` (the rows after the current one, issued ahead)
+// has landed (stages: 2, 3 or 4)
 __device__ __forceinline__ void cp_async_wait_stages(int stages) {
-    if (stages == 2) cp_async_wait<0>();
-    else if (stages == 3) cp_async_wait<1>();
-    else cp_async_wait<2>();
+    if (stages == 2) cp_async_wait<1>();
+    else if (stages == 3) cp_async_wait<2>();
+    else cp_async_wait<3>();
 }
 
 // start copying this thread's packs of row ``r`` (if it exists) into ``dst``; one group
