@@ -21,10 +21,11 @@ struct PoolDims {
     long long in[3], out[3], kernel[3], stride[3], pad[3], pad_end[3], dil[3];
 };
 
-template <class T>
-__device__ __forceinline__ void window_pool(const T* __restrict__ x, T* __restrict__ y,
-                                            long long planes, const PoolDims& g, int mode) {
-    // mode 0: max, 1: average excluding pads, 2: average including pads
+// Grid-stride over the planes * out_plane outputs: body(i, base, start) for output i, with
+// base its plane of x and start the window's first position per axis (negative in padding).
+template <class T, class Body>
+__device__ __forceinline__ void for_each_window(const T* __restrict__ x, long long planes,
+                                                const PoolDims& g, Body body) {
     const long long out_plane = g.out[0] * g.out[1] * g.out[2];
     const long long in_plane = g.in[0] * g.in[1] * g.in[2];
     const long long total = planes * out_plane;
@@ -36,27 +37,46 @@ __device__ __forceinline__ void window_pool(const T* __restrict__ x, T* __restri
         const T* base = x + (i / out_plane) * in_plane;
         long long start[3] = {o0 * g.stride[0] - g.pad[0], o1 * g.stride[1] - g.pad[1],
                               o2 * g.stride[2] - g.pad[2]};
+        body(i, base, start);
+    }
+}
+
+// tap(v) for each tap of the window inside the input, in C order of the kernel (padding
+// skipped: the callers' reductions leave it out or, adding +0.0 to non-negative terms, are
+// unchanged by it)
+template <class T, class Tap>
+__device__ __forceinline__ void for_each_tap(const T* base, const long long (&start)[3],
+                                             const PoolDims& g, Tap tap) {
+    for (long long a = 0; a < g.kernel[0]; ++a) {
+        long long p0 = start[0] + a * g.dil[0];
+        if (p0 < 0 || p0 >= g.in[0]) continue;
+        for (long long b = 0; b < g.kernel[1]; ++b) {
+            long long p1 = start[1] + b * g.dil[1];
+            if (p1 < 0 || p1 >= g.in[1]) continue;
+            for (long long c = 0; c < g.kernel[2]; ++c) {
+                long long p2 = start[2] + c * g.dil[2];
+                if (p2 < 0 || p2 >= g.in[2]) continue;
+                tap(base[(p0 * g.in[1] + p1) * g.in[2] + p2]);
+            }
+        }
+    }
+}
+
+template <class T>
+__device__ __forceinline__ void window_pool(const T* __restrict__ x, T* __restrict__ y,
+                                            long long planes, const PoolDims& g, int mode) {
+    // mode 0: max, 1: average excluding pads, 2: average including pads
+    for_each_window(x, planes, g, [&](long long i, const T* base, const long long (&start)[3]) {
         if (mode == 0) {
             float best = neg_inf();
             T best_t = ep::round_from32<T>(neg_inf());
-            for (long long a = 0; a < g.kernel[0]; ++a) {
-                long long p0 = start[0] + a * g.dil[0];
-                if (p0 < 0 || p0 >= g.in[0]) continue;
-                for (long long b = 0; b < g.kernel[1]; ++b) {
-                    long long p1 = start[1] + b * g.dil[1];
-                    if (p1 < 0 || p1 >= g.in[1]) continue;
-                    for (long long c = 0; c < g.kernel[2]; ++c) {
-                        long long p2 = start[2] + c * g.dil[2];
-                        if (p2 < 0 || p2 >= g.in[2]) continue;
-                        T v_t = base[(p0 * g.in[1] + p1) * g.in[2] + p2];
-                        float v = ep::widen(v_t);
-                        if (!isnan(best) && (isnan(v) || v > best)) {
-                            best = v;
-                            best_t = v_t;
-                        }
-                    }
+            for_each_tap(base, start, g, [&](T v_t) {
+                float v = ep::widen(v_t);
+                if (!isnan(best) && (isnan(v) || v > best)) {
+                    best = v;
+                    best_t = v_t;
                 }
-            }
+            });
             y[i] = best_t;
         } else {
             long long count = 1;
@@ -96,7 +116,7 @@ __device__ __forceinline__ void window_pool(const T* __restrict__ x, T* __restri
             float cnt = (float)count;
             y[i] = ep::round_from32<T>(ep::fix_nan2(acc / cnt, acc, cnt));
         }
-    }
+    });
 }
 
 // one block per plane (grid-stride over planes); a fixed tree order, so runs are bit-identical
@@ -156,15 +176,18 @@ __device__ __forceinline__ void global_pool(const T* __restrict__ x, T* __restri
 #define EP_DIMS_SET(A)                                                                         \
     g.in[A] = in##A; g.out[A] = out##A; g.kernel[A] = k##A; g.stride[A] = s##A;               \
     g.pad[A] = p##A; g.pad_end[A] = e##A; g.dil[A] = d##A;
-
-#define EP_POOL(SUFFIX, T)                                                                     \
-    extern "C" __global__ void window_pool_##SUFFIX(                                           \
+// kernel NAME(x, y, planes, <the geometry>, ARG_T ARG): FN<T>(x, y, planes, g, ARG)
+#define EP_WINDOW_KERNEL(NAME, T, ARG_T, ARG, FN)                                              \
+    extern "C" __global__ void NAME(                                                           \
         const T* __restrict__ x, T* __restrict__ y, long long planes, EP_DIMS_PARAMS(0),       \
-        EP_DIMS_PARAMS(1), EP_DIMS_PARAMS(2), int mode) {                                      \
+        EP_DIMS_PARAMS(1), EP_DIMS_PARAMS(2), ARG_T ARG) {                                     \
         PoolDims g;                                                                            \
         EP_DIMS_SET(0) EP_DIMS_SET(1) EP_DIMS_SET(2)                                           \
-        window_pool<T>(x, y, planes, g, mode);                                                 \
-    }                                                                                          \
+        FN<T>(x, y, planes, g, ARG);                                                           \
+    }
+
+#define EP_POOL(SUFFIX, T)                                                                     \
+    EP_WINDOW_KERNEL(window_pool_##SUFFIX, T, int, mode, window_pool)                          \
     extern "C" __global__ void global_pool_##SUFFIX(const T* __restrict__ x, T* __restrict__ y, \
                                                     long long planes, long long size,          \
                                                     int mode) {                                \
@@ -183,45 +206,18 @@ EP_POOL(bf16, ep::bf16)
 template <class T>
 __device__ __forceinline__ void lp_pool(const T* __restrict__ x, T* __restrict__ y,
                                         long long planes, const PoolDims& g, double p) {
-    const long long out_plane = g.out[0] * g.out[1] * g.out[2];
-    const long long in_plane = g.in[0] * g.in[1] * g.in[2];
-    const long long total = planes * out_plane;
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
-         i += (long long)gridDim.x * blockDim.x) {
-        long long o2 = i % g.out[2];
-        long long o1 = (i / g.out[2]) % g.out[1];
-        long long o0 = (i / (g.out[2] * g.out[1])) % g.out[0];
-        const T* base = x + (i / out_plane) * in_plane;
-        long long start[3] = {o0 * g.stride[0] - g.pad[0], o1 * g.stride[1] - g.pad[1],
-                              o2 * g.stride[2] - g.pad[2]};
+    for_each_window(x, planes, g, [&](long long i, const T* base, const long long (&start)[3]) {
         double acc = 0.0;
-        for (long long a = 0; a < g.kernel[0]; ++a) {
-            long long p0 = start[0] + a * g.dil[0];
-            if (p0 < 0 || p0 >= g.in[0]) continue;
-            for (long long b = 0; b < g.kernel[1]; ++b) {
-                long long p1 = start[1] + b * g.dil[1];
-                if (p1 < 0 || p1 >= g.in[1]) continue;
-                for (long long c = 0; c < g.kernel[2]; ++c) {
-                    long long p2 = start[2] + c * g.dil[2];
-                    if (p2 < 0 || p2 >= g.in[2]) continue;
-                    double v = fabs(ep::to_f64(base[(p0 * g.in[1] + p1) * g.in[2] + p2]));
-                    acc += p == 2.0 ? v * v : (p == 1.0 ? v : pow(v, p));
-                }
-            }
-        }
+        for_each_tap(base, start, g, [&](T t) {
+            double v = fabs(ep::to_f64(t));
+            acc += p == 2.0 ? v * v : (p == 1.0 ? v : pow(v, p));
+        });
         double r = p == 2.0 ? sqrt(acc) : (p == 1.0 ? acc : pow(acc, 1.0 / p));
         y[i] = ep::round_from64<T>(r);
-    }
+    });
 }
 
-#define EP_LP_POOL(SUFFIX, T)                                                                  \
-    extern "C" __global__ void lp_pool_##SUFFIX(                                               \
-        const T* __restrict__ x, T* __restrict__ y, long long planes, EP_DIMS_PARAMS(0),       \
-        EP_DIMS_PARAMS(1), EP_DIMS_PARAMS(2), double p) {                                      \
-        PoolDims g;                                                                            \
-        EP_DIMS_SET(0) EP_DIMS_SET(1) EP_DIMS_SET(2)                                           \
-        lp_pool<T>(x, y, planes, g, p);                                                        \
-    }
+#define EP_LP_POOL(SUFFIX, T) EP_WINDOW_KERNEL(lp_pool_##SUFFIX, T, double, p, lp_pool)
 
 EP_LP_POOL(f32, float)
 EP_LP_POOL(f16, ep::f16)
