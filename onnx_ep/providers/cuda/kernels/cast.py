@@ -33,6 +33,7 @@ from onnx_ep.core.kernel import (
     TensorSpec,
 )
 from onnx_ep.providers.cuda.kernels import elementwise
+from onnx_ep.providers.cuda.kernels.device_kernel import suffixes_of
 from onnx_ep.providers.cuda.kernels.elementwise import (
     BoundLaunch,
     BoundRow,
@@ -43,17 +44,15 @@ from onnx_ep.providers.cuda.kernels.elementwise import (
 )
 
 SOURCE = "cast"
-#: numpy dtype -> symbol suffix in cast.cu (every pair is instantiated)
-SUFFIXES: dict[np.dtype, str] = {np.dtype(t): sfx for t, sfx in (
-    (np.float32, "f32"), (np.float16, "f16"), (ml_dtypes.bfloat16, "bf16"), (np.float64, "f64"),
-    (np.int64, "i64"), (np.int32, "i32"), (np.int16, "i16"), (np.int8, "i8"),
-    (np.uint64, "u64"), (np.uint32, "u32"), (np.uint16, "u16"), (np.uint8, "u8"),
-    (np.bool_, "b8"),
-    (ml_dtypes.float8_e4m3fn, "e4m3fn"), (ml_dtypes.float8_e4m3fnuz, "e4m3fnuz"),
-    (ml_dtypes.float8_e5m2, "e5m2"), (ml_dtypes.float8_e5m2fnuz, "e5m2fnuz"),
-    (ml_dtypes.float4_e2m1fn, "f4e2m1"), (ml_dtypes.float8_e8m0fnu, "e8m0"),
-    (ml_dtypes.int4, "i4"), (ml_dtypes.uint4, "u4"), (ml_dtypes.int2, "i2"),
-    (ml_dtypes.uint2, "u2"))}
+#: numpy dtype -> symbol suffix in cast.cu (every pair is instantiated), from
+#: device_kernel.TYPES
+SUFFIXES: dict[np.dtype, str] = suffixes_of((
+    np.float32, np.float16, ml_dtypes.bfloat16, np.float64,
+    np.int64, np.int32, np.int16, np.int8, np.uint64, np.uint32, np.uint16, np.uint8,
+    np.bool_,
+    ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2,
+    ml_dtypes.float8_e5m2fnuz, ml_dtypes.float4_e2m1fn, ml_dtypes.float8_e8m0fnu,
+    ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.int2, ml_dtypes.uint2))
 #: the dtypes cast.cu instantiates
 DTYPES: frozenset[np.dtype] = frozenset(SUFFIXES)
 #: ``round_mode`` (float8e8m0 targets) -> the kernels' code

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import ctypes
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -38,8 +38,10 @@ def _bf16() -> np.dtype | None:
 
 BF16 = _bf16()
 
-#: numpy dtype -> (symbol suffix, C++ type): THE table for the families in this package
-_TYPES: dict[np.dtype, tuple[str, str]] = {
+#: numpy dtype -> (symbol suffix, C++ type in the ``.cu`` files): THE table of every CUDA
+#: family. A module instantiating fewer dtypes takes its view with :func:`types_of` or
+#: :func:`suffixes_of`, so each suffix is spelled once.
+TYPES: dict[np.dtype, tuple[str, str]] = {
     np.dtype(np.float32): ("f32", "float"),
     np.dtype(np.float16): ("f16", "__half"),
     np.dtype(np.float64): ("f64", "double"),
@@ -47,11 +49,52 @@ _TYPES: dict[np.dtype, tuple[str, str]] = {
     np.dtype(np.int32): ("i32", "int32_t"),
     np.dtype(np.int16): ("i16", "int16_t"),
     np.dtype(np.int8): ("i8", "int8_t"),
+    np.dtype(np.uint64): ("u64", "uint64_t"),
+    np.dtype(np.uint32): ("u32", "uint32_t"),
+    np.dtype(np.uint16): ("u16", "uint16_t"),
     np.dtype(np.uint8): ("u8", "uint8_t"),
     np.dtype(np.bool_): ("b8", "bool"),
 }
-if BF16 is not None:
-    _TYPES[BF16] = ("bf16", "__nv_bfloat16")
+
+
+def _ml_dtypes_rows() -> dict[np.dtype, tuple[str, str]]:
+    """The rows of ml_dtypes' types that this ml_dtypes has (none without it). The
+    one-byte formats are ``ep_lowfloat.cuh``'s structs, one element per byte."""
+    try:
+        import ml_dtypes
+    except ImportError:
+        return {}
+    rows = (("bfloat16", "bf16", "__nv_bfloat16"),
+            ("float8_e4m3fn", "e4m3fn", "e4m3fn_t"), ("float8_e4m3fnuz", "e4m3fnuz", "e4m3fnuz_t"),
+            ("float8_e5m2", "e5m2", "e5m2_t"), ("float8_e5m2fnuz", "e5m2fnuz", "e5m2fnuz_t"),
+            ("float4_e2m1fn", "f4e2m1", "f4e2m1_t"), ("float8_e8m0fnu", "e8m0", "e8m0_t"),
+            ("int4", "i4", "i4_t"), ("uint4", "u4", "u4_t"), ("int2", "i2", "i2_t"),
+            ("uint2", "u2", "u2_t"))
+    return {np.dtype(getattr(ml_dtypes, name)): (sfx, ctype) for name, sfx, ctype in rows
+            if hasattr(ml_dtypes, name)}
+
+
+TYPES.update(_ml_dtypes_rows())
+
+
+def types_of(dtypes: Iterable[Any]) -> dict[np.dtype, tuple[str, str]]:
+    """The rows of :data:`TYPES` for ``dtypes``, in that order: a family's view of the table.
+
+    :raises KeyError: a dtype the table lacks.
+    """
+    return {np.dtype(d): TYPES[np.dtype(d)] for d in dtypes}
+
+
+def suffixes_of(dtypes: Iterable[Any]) -> dict[np.dtype, str]:
+    """``dtype -> symbol suffix`` for ``dtypes``, in that order (:func:`types_of`'s first
+    column)."""
+    return {d: row[0] for d, row in types_of(dtypes).items()}
+
+
+#: the dtypes the families built on :class:`CudaKernel` instantiate (:func:`suffix`'s domain)
+_TYPES: dict[np.dtype, tuple[str, str]] = types_of(
+    d for d in (np.float32, np.float16, np.float64, np.int64, np.int32, np.int16, np.int8,
+                np.uint8, np.bool_, BF16) if d is not None)
 
 #: the float dtypes the numeric families (reduce, softmax) accept
 FLOATS: frozenset[np.dtype] = frozenset(

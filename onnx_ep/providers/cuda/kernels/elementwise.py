@@ -44,6 +44,7 @@ from onnx_ep.core.kernel import (
     TensorSpec,
     WorkspaceRequirement,
 )
+from onnx_ep.providers.cuda.kernels.device_kernel import types_of
 
 SOURCE = "elementwise"
 MAX_RANK = 6
@@ -52,22 +53,11 @@ BLOCK = 256
 BF16 = np.dtype(ml_dtypes.bfloat16)
 BOOL = np.dtype(np.bool_)
 
-#: numpy dtype -> (symbol suffix, C++ type in the .cu files)
-DTYPES: dict[np.dtype, tuple[str, str]] = {
-    np.dtype(np.float32): ("f32", "float"),
-    np.dtype(np.float16): ("f16", "__half"),
-    BF16: ("bf16", "__nv_bfloat16"),
-    np.dtype(np.float64): ("f64", "double"),
-    np.dtype(np.int64): ("i64", "int64_t"),
-    np.dtype(np.int32): ("i32", "int32_t"),
-    np.dtype(np.int16): ("i16", "int16_t"),
-    np.dtype(np.int8): ("i8", "int8_t"),
-    np.dtype(np.uint64): ("u64", "uint64_t"),
-    np.dtype(np.uint32): ("u32", "uint32_t"),
-    np.dtype(np.uint16): ("u16", "uint16_t"),
-    np.dtype(np.uint8): ("u8", "uint8_t"),
-    BOOL: ("b8", "bool"),
-}
+#: numpy dtype -> (symbol suffix, C++ type in the .cu files): the dtypes elementwise.cu
+#: instantiates, rows of device_kernel.TYPES
+DTYPES: dict[np.dtype, tuple[str, str]] = types_of((
+    np.float32, np.float16, BF16, np.float64, np.int64, np.int32, np.int16, np.int8,
+    np.uint64, np.uint32, np.uint16, np.uint8, BOOL))
 
 F64 = frozenset({np.dtype(np.float64)})
 FLOATS = frozenset(np.dtype(t) for t in (np.float32, np.float16, BF16, np.float64))

@@ -25,9 +25,12 @@ from onnx_ep.core.kernel import (
     WorkspaceRequirement,
 )
 from onnx_ep.errors import NodeError
+from onnx_ep.providers.cuda.kernels.device_kernel import BF16, suffixes_of
 
-#: symbol suffix per dtype name (kernels/*.cu instantiate ``<op>_<suffix>``)
-SUFFIX = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
+#: symbol suffix per dtype name (kernels/*.cu instantiate ``<op>_<suffix>``), from
+#: device_kernel.TYPES
+SUFFIX = {d.name: sfx for d, sfx in suffixes_of(
+    d for d in (np.float32, np.float16, BF16) if d is not None).items()}
 FLOAT_NAMES = tuple(SUFFIX)
 #: threads per block of the grid-stride kernels
 BLOCK = 256

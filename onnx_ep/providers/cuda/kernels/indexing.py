@@ -40,6 +40,7 @@ from onnx_ep.providers.cuda.kernels.device_kernel import (
     normalize_axis,
     prod,
     struct_arg,
+    suffixes_of,
 )
 
 BLOCK = 256
@@ -49,15 +50,10 @@ U64 = ctypes.c_uint64
 SIZES = (1, 2, 4, 8)
 
 #: dtype -> symbol suffix of the typed kernels; ``_SCATTER``/``_SCAN``/``_TOPK`` say which
-#: families instantiate it
-_SUFFIX: dict[np.dtype, str] = {
-    np.dtype(np.float32): "f32", np.dtype(np.float16): "f16", np.dtype(np.float64): "f64",
-    np.dtype(np.int64): "i64", np.dtype(np.int32): "i32", np.dtype(np.int16): "i16",
-    np.dtype(np.int8): "i8", np.dtype(np.uint8): "u8", np.dtype(np.uint16): "u16",
-    np.dtype(np.uint32): "u32", np.dtype(np.uint64): "u64", np.dtype(np.bool_): "b8",
-}
-if BF16 is not None:
-    _SUFFIX[BF16] = "bf16"
+#: families instantiate it (rows of device_kernel.TYPES)
+_SUFFIX: dict[np.dtype, str] = suffixes_of(d for d in (
+    np.float32, np.float16, np.float64, np.int64, np.int32, np.int16, np.int8, np.uint8,
+    np.uint16, np.uint32, np.uint64, np.bool_, BF16) if d is not None)
 
 
 def _dtypes(*suffixes: str) -> frozenset[np.dtype]:

@@ -32,6 +32,7 @@ from onnx_ep.providers.cuda.kernels.device_kernel import (
     normalize_axis,
     prod,
     struct_arg,
+    suffixes_of,
 )
 from onnx_ep.providers.cuda.kernels.elementwise import launch_geometry
 
@@ -42,25 +43,22 @@ def _dt(t: Any) -> np.dtype:
     return np.dtype(t)
 
 
-#: quantized types -> symbol suffix
-QUANTIZED: dict[np.dtype, str] = {_dt(t): s for t, s in (
-    (np.int8, "i8"), (np.uint8, "u8"), (np.int16, "i16"), (np.uint16, "u16"),
-    (ml_dtypes.int4, "i4"), (ml_dtypes.uint4, "u4"), (ml_dtypes.int2, "i2"),
-    (ml_dtypes.uint2, "u2"), (ml_dtypes.float8_e4m3fn, "e4m3fn"),
-    (ml_dtypes.float8_e4m3fnuz, "e4m3fnuz"), (ml_dtypes.float8_e5m2, "e5m2"),
-    (ml_dtypes.float8_e5m2fnuz, "e5m2fnuz"), (ml_dtypes.float4_e2m1fn, "f4e2m1"))}
+#: quantized types -> symbol suffix (this and the tables below: rows of device_kernel.TYPES)
+QUANTIZED: dict[np.dtype, str] = suffixes_of((
+    np.int8, np.uint8, np.int16, np.uint16, ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.int2,
+    ml_dtypes.uint2, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2,
+    ml_dtypes.float8_e5m2fnuz, ml_dtypes.float4_e2m1fn))
 #: DequantizeLinear's inputs: the quantized types and int32
-DEQUANTIZABLE: dict[np.dtype, str] = {**QUANTIZED, _dt(np.int32): "i32"}
+DEQUANTIZABLE: dict[np.dtype, str] = {**QUANTIZED, **suffixes_of((np.int32,))}
 #: QuantizeLinear's x
-QUANTIZABLE: dict[np.dtype, str] = {_dt(t): s for t, s in (
-    (np.float32, "f32"), (np.float16, "f16"), (ml_dtypes.bfloat16, "bf16"),
-    (np.float64, "f64"), (np.int32, "i32"))}
+QUANTIZABLE: dict[np.dtype, str] = suffixes_of((
+    np.float32, np.float16, ml_dtypes.bfloat16, np.float64, np.int32))
 #: scale dtypes -> the kernels' run-time code
 SCALES: dict[np.dtype, int] = {_dt(np.float32): 0, _dt(np.float16): 1,
                                _dt(ml_dtypes.bfloat16): 2, _dt(np.float64): 3}
 #: DequantizeLinear outputs -> symbol suffix
-OUTPUTS: dict[np.dtype, str] = {_dt(np.float32): "f32", _dt(np.float16): "f16",
-                                _dt(ml_dtypes.bfloat16): "bf16", _dt(np.float64): "f64"}
+OUTPUTS: dict[np.dtype, str] = suffixes_of((np.float32, np.float16, ml_dtypes.bfloat16,
+                                            np.float64))
 FLOAT8 = frozenset(_dt(t) for t in (ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e4m3fnuz,
                                     ml_dtypes.float8_e5m2, ml_dtypes.float8_e5m2fnuz))
 
