@@ -123,6 +123,23 @@ __device__ __forceinline__ void nll_term(const L* target, const T* weight, long 
     *loss = (-picked) * wt;
 }
 
+// nll_term for item i, stored: reduction "none" writes y[i]; otherwise the terms go to
+// ws_loss / ws_w for loss_finish.
+template <class T, class L, class LogP>
+__device__ __forceinline__ void nll_store(const L* target, const T* weight, long long i,
+                                          long long C, long long ignore, int has_ignore,
+                                          const LogP& logp, T* y, double* ws_loss,
+                                          double* ws_w) {
+    double loss, w;
+    nll_term(target, weight, i, C, ignore, has_ignore, logp, &loss, &w);
+    if (y) {
+        y[i] = round_from64<T>(loss);
+    } else {
+        ws_loss[i] = loss;
+        ws_w[i] = w;
+    }
+}
+
 template <class T>
 struct PickX {
     const T* x;          // x + (n * C) * D + d
@@ -138,8 +155,7 @@ struct PickLogp {
     __device__ double operator()(long long c) const { return (to_f64(x[c * D]) - m) - ls; }
 };
 
-// One thread per (n, d): reduction "none" writes y[i]; otherwise the terms go to ws_loss /
-// ws_w for loss_finish.
+// One thread per (n, d), stored by nll_store.
 template <class T, class L>
 __device__ void nll_terms(const T* __restrict__ x, const L* __restrict__ target,
                           const T* __restrict__ weight, T* __restrict__ y,
@@ -150,14 +166,7 @@ __device__ void nll_terms(const T* __restrict__ x, const L* __restrict__ target,
     for (long long i = global_tid(); i < M; i += grid_threads()) {
         long long n = i / D, d = i - n * D;
         PickX<T> logp{x + n * C * D + d, D};
-        double loss, w;
-        nll_term(target, weight, i, C, ignore, has_ignore, logp, &loss, &w);
-        if (y) {
-            y[i] = round_from64<T>(loss);
-        } else {
-            ws_loss[i] = loss;
-            ws_w[i] = w;
-        }
+        nll_store(target, weight, i, C, ignore, has_ignore, logp, y, ws_loss, ws_w);
     }
 }
 
@@ -191,14 +200,7 @@ __device__ void sce_terms(const T* __restrict__ x, const L* __restrict__ target,
             T* lp = log_prob + n * C * D + d;
             for (long long c = 0; c < C; ++c) lp[c * D] = round_from64<T>(logp(c));
         }
-        double loss, w;
-        nll_term(target, weight, i, C, ignore, has_ignore, logp, &loss, &w);
-        if (y) {
-            y[i] = round_from64<T>(loss);
-        } else {
-            ws_loss[i] = loss;
-            ws_w[i] = w;
-        }
+        nll_store(target, weight, i, C, ignore, has_ignore, logp, y, ws_loss, ws_w);
     }
 }
 
