@@ -44,7 +44,7 @@ from onnx_ep.core.kernel import (
     TensorSpec,
     WorkspaceRequirement,
 )
-from onnx_ep.providers.cuda.kernels.device_kernel import types_of
+from onnx_ep.providers.cuda.kernels.device_kernel import grid_1d, types_of
 
 SOURCE = "elementwise"
 MAX_RANK = 6
@@ -176,8 +176,7 @@ def _attr_str(value: Any) -> str:
 
 def launch_geometry(n: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
     """Grid and block of the grid-stride loops (at most 65535 * 32 blocks of 256)."""
-    blocks = max(1, min(-(-int(n) // BLOCK), 65535 * 32))
-    return (blocks, 1, 1), (BLOCK, 1, 1)
+    return grid_1d(int(n), BLOCK), (BLOCK, 1, 1)
 
 
 #: flat grids of up to this many blocks launch as they are (under one wave on any recent

@@ -29,6 +29,7 @@ from onnx_ep.providers.cuda.kernels.device_kernel import (
     PTR,
     CudaKernel,
     dtype_support,
+    grid_1d,
     launch,
     prod,
     suffix,
@@ -38,7 +39,6 @@ REDUCTIONS = ("none", "sum", "mean")
 LABELS = frozenset({np.dtype(np.int64), np.dtype(np.int32)})
 SCE_PARITY = Parity.tolerance(rtol=1e-6, atol=1e-7)
 BLOCK = 256
-MAX_GRID = 65535 * 32
 
 
 def items(x_shape: tuple[int, ...]) -> int:
@@ -133,8 +133,7 @@ class Loss(CudaKernel):
                  (int(ignore is not None), I32)]
         if m > 0:
             name = "sce_terms" if self.softmax else "nll_terms"
-            launch(self.function(f"{name}_{sfx}", x),
-                   (max(1, min(-(-m // BLOCK), MAX_GRID)), 1, 1), (BLOCK, 1, 1), args,
+            launch(self.function(f"{name}_{sfx}", x), grid_1d(m, BLOCK), (BLOCK, 1, 1), args,
                    ctx.stream)
         if reduction != "none":
             launch(self.function(f"loss_finish_{suffix(x.dtype)}", x), (1, 1, 1), (1, 1, 1),

@@ -31,6 +31,7 @@ from onnx_ep.providers.cuda.kernels.device_kernel import (
     PTR,
     CudaKernel,
     dtype_support,
+    grid_1d,
     launch,
     normalize_axis,
     prod,
@@ -40,10 +41,6 @@ from onnx_ep.providers.cuda.kernels.softmax import NORM_PARITY, softmax_geometry
 
 BLOCK = 256
 MAX_GRID = 65535 * 32
-
-
-def _grid(n: int) -> tuple[int, int, int]:
-    return (max(1, min(-(-n // BLOCK), MAX_GRID)), 1, 1)
 
 
 def _same_dtype(meta: NodeMeta, first: int = 1) -> Support:
@@ -87,7 +84,7 @@ class _SameShape(CudaKernel):
     def _launch_rows(self, ctx: Any, prefix: str, x: Any, y: Any, outer: int, dim: int,
                      inner: int, extra: Sequence[tuple[Any, Any]] = ()) -> None:
         """One thread per (outer, inner) row of ``dim`` values, x to y."""
-        launch(self.function(f"{prefix}_{suffix(x.dtype)}", x), _grid(outer * inner),
+        launch(self.function(f"{prefix}_{suffix(x.dtype)}", x), grid_1d(outer * inner, BLOCK),
                (BLOCK, 1, 1), [(x.ptr, PTR), (y.ptr, PTR), (outer, I64), (dim, I64),
                                (inner, I64), *extra], ctx.stream)
 
