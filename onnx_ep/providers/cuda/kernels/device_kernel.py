@@ -187,7 +187,18 @@ def struct_arg(value: ctypes.Structure) -> tuple[Any, Any]:
     return (value, None)
 
 
-class CudaKernel:
+class LaunchOnly:
+    """The protocol answers of a kernel that only launches or copies: capture-safe, no
+    workspace."""
+
+    def capture_support(self) -> CaptureSupport:
+        return CaptureSupport.SUPPORTED
+
+    def workspace_requirement(self, meta: NodeMeta) -> WorkspaceRequirement:
+        return WorkspaceRequirement.NONE
+
+
+class CudaKernel(LaunchOnly):
     """Base of the families' kernels: capture-supported, no workspace, per-node binding.
 
     Subclasses set ``source`` (the ``kernels/<source>.cu`` family) and implement
@@ -219,12 +230,6 @@ class CudaKernel:
         if dtype is None or self.parity.kind.value == "exact":
             return self.parity
         return narrow_tolerance(dtype, self.parity)
-
-    def capture_support(self) -> CaptureSupport:
-        return CaptureSupport.SUPPORTED
-
-    def workspace_requirement(self, meta: NodeMeta) -> WorkspaceRequirement:
-        return WorkspaceRequirement.NONE
 
     def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
         return [None] * max(len(meta.output_names), 1)

@@ -35,16 +35,14 @@ import ml_dtypes
 import numpy as np
 
 from onnx_ep.core.kernel import (
-    CaptureSupport,
     ExecutionContext,
     NodeMeta,
     OpKey,
     Parity,
     Support,
     TensorSpec,
-    WorkspaceRequirement,
 )
-from onnx_ep.providers.cuda.kernels.device_kernel import grid_1d, types_of
+from onnx_ep.providers.cuda.kernels.device_kernel import LaunchOnly, grid_1d, types_of
 
 SOURCE = "elementwise"
 MAX_RANK = 6
@@ -215,17 +213,6 @@ def flat_geometry(n: int, operands: Sequence[tuple[int, int, bool]], out: tuple[
     if blocks > FLAT_UNCAPPED_BLOCKS:
         blocks = min(blocks, max(FLAT_UNCAPPED_BLOCKS, wave()))
     return (blocks, 1, 1), (BLOCK, 1, 1)
-
-
-class LaunchOnly:
-    """The protocol answers of a kernel that only launches or copies: capture-safe, no
-    workspace."""
-
-    def capture_support(self) -> CaptureSupport:
-        return CaptureSupport.SUPPORTED
-
-    def workspace_requirement(self, meta: NodeMeta) -> WorkspaceRequirement:
-        return WorkspaceRequirement.NONE
 
 
 class BoundRow(LaunchOnly):

@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 
 from onnx_ep.core.kernel import (
-    CaptureSupport,
     NodeMeta,
     OpKey,
     Parity,
@@ -25,7 +24,7 @@ from onnx_ep.core.kernel import (
     WorkspaceRequirement,
 )
 from onnx_ep.errors import NodeError
-from onnx_ep.providers.cuda.kernels.device_kernel import BF16, suffixes_of
+from onnx_ep.providers.cuda.kernels.device_kernel import BF16, LaunchOnly, suffixes_of
 
 #: symbol suffix per dtype name (kernels/*.cu instantiate ``<op>_<suffix>``), from
 #: device_kernel.TYPES
@@ -63,7 +62,7 @@ def prod(dims: Sequence[int]) -> int:
     return n
 
 
-class FloatKernel:
+class FloatKernel(LaunchOnly):
     """Base of a float kernel: set ``key``, optionally ``parities``, override the rest.
 
     :param op_type: the ONNX operator. :param since: first opset implemented.
@@ -108,12 +107,6 @@ class FloatKernel:
         if self.parities is not None and x is not None:
             bound.parity = self.parities.get(dtype_name(x.dtype), self.parity)
         return bound
-
-    def capture_support(self) -> CaptureSupport:
-        return CaptureSupport.SUPPORTED
-
-    def workspace_requirement(self, meta: NodeMeta) -> WorkspaceRequirement:
-        return WorkspaceRequirement.NONE
 
     def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
         return [None] * max(1, len(meta.output_names))
