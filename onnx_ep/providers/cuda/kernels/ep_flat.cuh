@@ -57,93 +57,74 @@ __device__ __forceinline__ bool out_aligned(const Out* y) {
     for (i64 j0 = (i64)blockIdx.x * bs * (U) + threadIdx.x; j0 < nv; j0 += step)
 #define EP_FLAT_TAIL_INDEX (nv * V + (i64)blockIdx.x * blockDim.x + threadIdx.x)
 
-template <class Out, class A, class F>
-__device__ __forceinline__ bool flat1(const A* a, bool sa, Out* y, i64 n, F f) {
-    constexpr int V = flat_elems<A, Out>(), U = flat_unroll(V);
-    const FlatSrc<A, V> xa{a, sa};
-    if (!xa.aligned() || !out_aligned<Out, V>(y)) return false;
+// the packs of operands Ts... for the U packs of one grid step, held until the step's stores
+template <int V, int U, class... Ts> struct FlatPacks;
+template <int V, int U> struct FlatPacks<V, U> {
+    __device__ __forceinline__ void load(i64, int) {}
+    template <class F, class... Vs>
+    __device__ __forceinline__ auto apply(F& f, int, int, const Vs&... vs) const {
+        return f(vs...);
+    }
+};
+template <int V, int U, class T, class... Ts> struct FlatPacks<V, U, T, Ts...> {
+    Pack<T, V> p[U];
+    FlatPacks<V, U, Ts...> rest;
+    // operands in order: the first operand's pack is loaded first
+    __device__ __forceinline__ void load(i64 j, int u, const FlatSrc<T, V>& x,
+                                         const FlatSrc<Ts, V>&... xs) {
+        p[u] = x.pack(j);
+        rest.load(j, u, xs...);
+    }
+    // f(element k of pack u of every operand), in operand order
+    template <class F, class... Vs>
+    __device__ __forceinline__ auto apply(F& f, int u, int k, const Vs&... vs) const {
+        return rest.apply(f, u, k, vs..., p[u].v[k]);
+    }
+};
+
+// y[i] = f(operands at i...) over the n elements, V per pack; false (nothing written) when
+// a pointer is not aligned to its pack
+template <int V, class Out, class F, class... Ts>
+__device__ __forceinline__ bool flat_n(Out* y, i64 n, F& f, const FlatSrc<Ts, V>&... xs) {
+    constexpr int U = flat_unroll(V);
+    if ((!xs.aligned() || ...) || !out_aligned<Out, V>(y)) return false;
     EP_FLAT_LOOP(U) {
-        Pack<A, V> pa[U];
+        FlatPacks<V, U, Ts...> packs;
 #pragma unroll
         for (int u = 0; u < U; ++u)
-            if (j0 + u * bs < nv) pa[u] = xa.pack(j0 + u * bs);
+            if (j0 + u * bs < nv) packs.load(j0 + u * bs, u, xs...);
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             if (j0 + u * bs >= nv) break;
             Pack<Out, V> o;
 #pragma unroll
-            for (int k = 0; k < V; ++k) o.v[k] = f(pa[u].v[k]);
+            for (int k = 0; k < V; ++k) o.v[k] = packs.apply(f, u, k);
             reinterpret_cast<Pack<Out, V>*>(y)[j0 + u * bs] = o;
         }
     }
     const i64 i = EP_FLAT_TAIL_INDEX;
-    if (i < n) y[i] = f(xa.at(i));
+    if (i < n) y[i] = f(xs.at(i)...);
     return true;
+}
+
+template <class Out, class A, class F>
+__device__ __forceinline__ bool flat1(const A* a, bool sa, Out* y, i64 n, F f) {
+    constexpr int V = flat_elems<A, Out>();
+    return flat_n<V>(y, n, f, FlatSrc<A, V>{a, sa});
 }
 
 template <class Out, class A, class B, class F>
 __device__ __forceinline__ bool flat2(const A* a, bool sa, const B* b, bool sb, Out* y, i64 n,
                                       F f) {
-    constexpr int V = flat_elems<A, B, Out>(), U = flat_unroll(V);
-    const FlatSrc<A, V> xa{a, sa};
-    const FlatSrc<B, V> xb{b, sb};
-    if (!xa.aligned() || !xb.aligned() || !out_aligned<Out, V>(y)) return false;
-    EP_FLAT_LOOP(U) {
-        Pack<A, V> pa[U];
-        Pack<B, V> pb[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            if (j0 + u * bs < nv) {
-                pa[u] = xa.pack(j0 + u * bs);
-                pb[u] = xb.pack(j0 + u * bs);
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            if (j0 + u * bs >= nv) break;
-            Pack<Out, V> o;
-#pragma unroll
-            for (int k = 0; k < V; ++k) o.v[k] = f(pa[u].v[k], pb[u].v[k]);
-            reinterpret_cast<Pack<Out, V>*>(y)[j0 + u * bs] = o;
-        }
-    }
-    const i64 i = EP_FLAT_TAIL_INDEX;
-    if (i < n) y[i] = f(xa.at(i), xb.at(i));
-    return true;
+    constexpr int V = flat_elems<A, B, Out>();
+    return flat_n<V>(y, n, f, FlatSrc<A, V>{a, sa}, FlatSrc<B, V>{b, sb});
 }
 
 template <class Out, class A, class B, class C, class F>
 __device__ __forceinline__ bool flat3(const A* a, bool sa, const B* b, bool sb, const C* c,
                                       bool sc, Out* y, i64 n, F f) {
-    constexpr int V = flat_elems<A, B, C, Out>(), U = flat_unroll(V);
-    const FlatSrc<A, V> xa{a, sa};
-    const FlatSrc<B, V> xb{b, sb};
-    const FlatSrc<C, V> xc{c, sc};
-    if (!xa.aligned() || !xb.aligned() || !xc.aligned() || !out_aligned<Out, V>(y)) return false;
-    EP_FLAT_LOOP(U) {
-        Pack<A, V> pa[U];
-        Pack<B, V> pb[U];
-        Pack<C, V> pc[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            if (j0 + u * bs < nv) {
-                pa[u] = xa.pack(j0 + u * bs);
-                pb[u] = xb.pack(j0 + u * bs);
-                pc[u] = xc.pack(j0 + u * bs);
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            if (j0 + u * bs >= nv) break;
-            Pack<Out, V> o;
-#pragma unroll
-            for (int k = 0; k < V; ++k) o.v[k] = f(pa[u].v[k], pb[u].v[k], pc[u].v[k]);
-            reinterpret_cast<Pack<Out, V>*>(y)[j0 + u * bs] = o;
-        }
-    }
-    const i64 i = EP_FLAT_TAIL_INDEX;
-    if (i < n) y[i] = f(xa.at(i), xb.at(i), xc.at(i));
-    return true;
+    constexpr int V = flat_elems<A, B, C, Out>();
+    return flat_n<V>(y, n, f, FlatSrc<A, V>{a, sa}, FlatSrc<B, V>{b, sb}, FlatSrc<C, V>{c, sc});
 }
 
 #undef EP_FLAT_LOOP
