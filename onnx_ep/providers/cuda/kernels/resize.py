@@ -62,9 +62,22 @@ class _ResizeFamily(CudaKernel):
 
     source = "resize"
 
+    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
+        # Y's shape is a value (Resize's scales / sizes, CenterCropPad's shape, AffineGrid's
+        # size, Col2Im's image_shape): the plan sizes it
+        return [None]
+
     def _launch(self, ctx: ExecutionContext, symbol: str, like: Any, n: int,
                 args: list[tuple[Any, Any]]) -> None:
         launch(self.function(symbol, like), grid_1d(n), (BLOCK, 1, 1), args, ctx.stream)
+
+    def _same_rank(self, ctx: ExecutionContext, inputs: Sequence[Any],
+                   outputs: Sequence[Any]) -> tuple[Any, Any]:
+        """``(X, Y)``, the first input and output; Y must keep X's rank."""
+        x, y = inputs[0], outputs[0]
+        if y.ndim != x.ndim:
+            raise self.fail(ctx, f"output rank {y.ndim} differs from input rank {x.ndim}")
+        return x, y
 
 
 def _ranked(x: TensorSpec | None, what: str, verb: str, movable: bool = False) -> Support:
@@ -76,6 +89,16 @@ def _ranked(x: TensorSpec | None, what: str, verb: str, movable: bool = False) -
     if not 1 <= len(x.shape) <= MAX_DIMS:
         return Support.no(f"X of rank {len(x.shape)}: cuda {verb} ranks 1..{MAX_DIMS}")
     return Support.YES
+
+
+def _float_inputs(meta: NodeMeta, *names: str) -> Support:
+    """The inputs ``names`` are known tensors and the first is of a float dtype cuda computes."""
+    known = meta.inputs[:len(names)]
+    first = known[0] if known else None
+    if first is None or len(known) < len(names) or any(t is None for t in known):
+        listed = ", ".join(names[:-1]) + " and " + names[-1]
+        return Support.no(f"{listed} must be tensors of known dtype and rank")
+    return dtype_support(first.dtype, FLOATS, names[0])
 
 
 class ResizeGeo(ctypes.Structure):
@@ -263,15 +286,9 @@ class Resize(_ResizeFamily):
                                   f"numpy's summation order up to {MAX_TAPS}")
         return Support.YES
 
-    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
-        # the output shape depends on the values of scales / sizes: the plan sizes it
-        return [None]
-
     def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
                                outputs: Sequence[Any], workspace: Any) -> None:
-        x, y = inputs[0], outputs[0]
-        if y.ndim != x.ndim:
-            raise self.fail(ctx, f"output rank {y.ndim} differs from input rank {x.ndim}")
+        x, y = self._same_rank(ctx, inputs, outputs)
         if y.size == 0:
             return
         opts = resize_options(ctx.node)
@@ -329,13 +346,10 @@ class GridSample(_ResizeFamily):
     """GridSample-16+: 1-3 spatial dims, nearest / linear / cubic, every padding mode."""
 
     def supports(self, meta: NodeMeta) -> Support:
-        x = meta.inputs[0] if meta.inputs else None
-        grid = meta.inputs[1] if len(meta.inputs) > 1 else None
-        if x is None or grid is None:
-            return Support.no("X and grid must be tensors of known dtype and rank")
-        s = dtype_support(x.dtype, FLOATS, "X")
+        s = _float_inputs(meta, "X", "grid")
         if not s:
             return s
+        x, grid = meta.inputs[0], meta.inputs[1]
         if grid.dtype != x.dtype:
             return Support.no(f"grid of dtype {grid.dtype} with X of {x.dtype}: cuda needs "
                               f"one dtype")
@@ -416,14 +430,9 @@ class CenterCropPad(_ResizeFamily):
             return Support.no(f"axes {axes} are out of range for rank {len(x.shape)}")
         return Support.YES
 
-    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
-        return [None]   # the target shape is a value: the plan sizes Y
-
     def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
                                outputs: Sequence[Any], workspace: Any) -> None:
-        x, y = inputs[0], outputs[0]
-        if y.ndim != x.ndim:
-            raise self.fail(ctx, f"output rank {y.ndim} differs from input rank {x.ndim}")
+        x, y = self._same_rank(ctx, inputs, outputs)
         axes = ctx.node.attr("axes")
         kept = set(range(x.ndim)) if axes is None else \
             {normalize_axis(int(a), x.ndim) for a in axes}
@@ -454,19 +463,13 @@ class AffineGrid(_ResizeFamily):
     parity = Parity.tolerance(rtol=1e-6, atol=1e-12)
 
     def supports(self, meta: NodeMeta) -> Support:
-        theta = meta.inputs[0] if meta.inputs else None
-        size = meta.inputs[1] if len(meta.inputs) > 1 else None
-        if theta is None or size is None:
-            return Support.no("theta and size must be tensors of known dtype and rank")
-        s = dtype_support(theta.dtype, FLOATS, "theta")
+        s = _float_inputs(meta, "theta", "size")
         if not s:
             return s
+        theta = meta.inputs[0]
         if len(theta.shape) != 3:
             return Support.no(f"theta of rank {len(theta.shape)}: must be (N, nd, nd + 1)")
         return Support.YES
-
-    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
-        return [None]   # the grid size is a value: the plan sizes Y
 
     def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
                                outputs: Sequence[Any], workspace: Any) -> None:
@@ -522,21 +525,14 @@ class Col2Im(_ResizeFamily):
     """Col2Im-18: float32 sums in the reference's np.add.at order, rounded once (EXACT)."""
 
     def supports(self, meta: NodeMeta) -> Support:
-        x = meta.inputs[0] if meta.inputs else None
-        image = meta.inputs[1] if len(meta.inputs) > 1 else None
-        block = meta.inputs[2] if len(meta.inputs) > 2 else None
-        if x is None or image is None or block is None:
-            return Support.no("input, image_shape and block_shape must be tensors")
-        s = dtype_support(x.dtype, FLOATS, "input")
+        s = _float_inputs(meta, "input", "image_shape", "block_shape")
         if not s:
             return s
+        x, block = meta.inputs[0], meta.inputs[2]
         if len(x.shape) != 3 or block.dtype != np.int64:
             return Support.no(f"input of rank {len(x.shape)} / block_shape {block.dtype}: "
                               f"cuda needs (N, C * prod(block), L) and int64 block_shape")
         return Support.YES
-
-    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
-        return [None]   # the image shape is a value: the plan sizes Y
 
     def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
                                outputs: Sequence[Any], workspace: Any) -> None:
