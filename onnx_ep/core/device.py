@@ -139,10 +139,9 @@ class DeviceBinding:
         under streaming, check it numbers the weights as the pager serves them."""
         if not self._placed:
             return
-        consts = program.constants
-        for i, (s, v) in enumerate(consts):
+        for i, (_, v) in enumerate(program.constants):
             if isinstance(v, PendingWeight):
-                consts[i] = (s, self._uploaded[v.name])
+                program.replace_constant(i, self._uploaded[v.name])
         if self.pager is not None:
             self.pager.check_slots(program.slot_of)
 

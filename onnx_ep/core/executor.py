@@ -59,13 +59,11 @@ class Executor:
         :param skip: indices of copy steps not to run: their output is their input (the
             downloads of outputs a caller wants on the device).
         """
-        n = program.n_slots
-        # two spare slots: n receives outputs the graph does not use (slot -1 of an
-        # output), n + 1 stays None and is what a missing optional input (-1) reads
-        env: list[Any] = [None] * (n + 2)
-        if weights is None:
-            for s, v in program.constants:
-                env[s] = v
+        # two spare slots: n_slots receives outputs the graph does not use (slot -1 of an
+        # output), n_slots + 1 stays None and is what a missing optional input (-1) reads;
+        # streamed weights are paged into their slots step by step instead
+        env: list[Any] = (list(program.env0) if weights is None
+                          else [None] * (program.n_slots + 2))
         for s, v in zip(program.input_slots, inputs):
             env[s] = v
         if outer is not None:

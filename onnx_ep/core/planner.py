@@ -76,6 +76,16 @@ class Program:
     no_prebound: list[tuple[None, ...]] = attrs.Factory(list)
     #: :func:`program_io`'s answer, computed on first use (device feeds and outputs)
     io: ProgramIO | None = None
+    #: the slots a run starts from: ``n_slots + 2`` values, the constants set, the rest None
+    #: (copied per run: one list copy instead of a loop over every initializer); change a
+    #: constant through :meth:`replace_constant`, which keeps both in step
+    env0: list[Any] = attrs.Factory(list)
+
+    def replace_constant(self, index: int, value: Any) -> None:
+        """Constant ``index`` (of :attr:`constants`) becomes ``value`` (a placed weight)."""
+        slot = self.constants[index][0]
+        self.constants[index] = (slot, value)
+        self.env0[slot] = value
 
 
 def build_program(graph: Graph, placement: Placement, *,
@@ -175,9 +185,12 @@ def build_program(graph: Graph, placement: Placement, *,
     if not any(st.has_subgraphs for st in steps):
         fast = [(st.call, st.ctx, st.in_slots, tuple(s if s >= 0 else n for s in st.out_slots),
                  st.frees) for st in steps]
+    env0: list[Any] = [None] * (n + 2)
+    for c, v in constants:
+        env0[c] = v
     return Program(graph, placement, steps, n, slot_of, input_slots, outer_slots,
                    output_slots, constants, fast, [None] * len(steps),
-                   [(None,) * len(st.out_slots) for st in steps])
+                   [(None,) * len(st.out_slots) for st in steps], env0=env0)
 
 
 @attrs.frozen

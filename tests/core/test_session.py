@@ -80,6 +80,22 @@ def test_second_run_with_same_shapes_does_no_planning(monkeypatch):
     assert s.stats["plans"] == 2 and s.stats["plan_cache_hits"] == 2
 
 
+def test_runs_start_from_the_programs_constant_slots_and_replacing_one_keeps_them_in_step():
+    s = onnx_ep.Session(mlp_model())
+    prog = s._program
+    assert len(prog.env0) == prog.n_slots + 2 and prog.constants
+    for slot, value in prog.constants:
+        assert prog.env0[slot] is value
+    assert sum(v is not None for v in prog.env0) == len(prog.constants)
+    want = s.run(None, {"x": _x(3)})[0]
+    slot, value = prog.constants[0]
+    prog.replace_constant(0, np.zeros_like(value))
+    assert prog.constants[0][1] is prog.env0[slot] and not prog.env0[slot].any()
+    assert not np.array_equal(s.run(None, {"x": _x(3)})[0], want)   # runs read the new one
+    prog.replace_constant(0, value)
+    np.testing.assert_array_equal(s.run(None, {"x": _x(3)})[0], want)
+
+
 def test_concurrent_runs_from_threads_give_correct_results():
     s = onnx_ep.Session(mlp_model())
     model = mlp_model()
