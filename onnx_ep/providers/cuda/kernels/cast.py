@@ -33,7 +33,7 @@ from onnx_ep.core.kernel import (
     TensorSpec,
 )
 from onnx_ep.providers.cuda.kernels import elementwise
-from onnx_ep.providers.cuda.kernels.device_kernel import suffixes_of
+from onnx_ep.providers.cuda.kernels.device_kernel import dtype_names, suffixes_of
 from onnx_ep.providers.cuda.kernels.elementwise import (
     BoundLaunch,
     BoundRow,
@@ -57,10 +57,6 @@ SUFFIXES: dict[np.dtype, str] = suffixes_of((
 DTYPES: frozenset[np.dtype] = frozenset(SUFFIXES)
 #: ``round_mode`` (float8e8m0 targets) -> the kernels' code
 ROUND_MODES = {"up": 0, "down": 1, "nearest": 2}
-
-
-def _names(dtypes: frozenset[np.dtype]) -> str:
-    return ", ".join(sorted(str(d) for d in dtypes))
 
 
 def target_dtype(to: Any) -> np.dtype | None:
@@ -144,7 +140,7 @@ class Cast(BoundRow):
                               else f"target type {meta.attr('to')!r} is string or unknown")
         for what, dt in (("source", src), ("target", dst)):
             if np.dtype(dt) not in DTYPES:
-                return Support.no(f"{what} dtype {dt} not in ({_names(DTYPES)})")
+                return Support.no(f"{what} dtype {dt} not in ({dtype_names(DTYPES)})")
         mode = _attr_str(meta.attr("round_mode", "up"))
         if mode not in ROUND_MODES:
             return Support.no(f"round_mode {mode!r} not in {tuple(ROUND_MODES)}")

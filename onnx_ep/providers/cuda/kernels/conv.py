@@ -39,6 +39,7 @@ from onnx_ep.core.kernel import (
 from onnx_ep.errors import NodeError
 from onnx_ep.providers.cpu_reference.windows import window_geometry
 from onnx_ep.providers.cuda import blas
+from onnx_ep.providers.cuda.kernels.device_kernel import prod
 from onnx_ep.providers.cuda.kernels.float_base import FloatKernel, function, launch, static_shape
 from onnx_ep.providers.cuda.kernels.gemm import problem_alignment
 
@@ -399,14 +400,7 @@ class ConvTranspose(_GeometryKernel):
         args = [(x.ptr, runtime.PTR), (w.ptr, runtime.PTR),
                 (b.ptr if b is not None else 0, runtime.PTR), (y.ptr, runtime.PTR)]
         args += [(v, runtime.I64) for v in (g.n, g.c, g.m, g.groups, *g.launch_args())]
-        launch(fn, prod_of(g.out_shape), args, ctx.stream)
-
-
-def prod_of(dims: Sequence[int]) -> int:
-    n = 1
-    for v in dims:
-        n *= int(v)
-    return n
+        launch(fn, prod(g.out_shape), args, ctx.stream)
 
 
 KERNELS: list[Any] = [Conv(), ConvTranspose()]

@@ -261,10 +261,14 @@ F32 = ctypes.c_float
 F64 = ctypes.c_double
 
 
+def dtype_names(dtypes: Iterable[np.dtype]) -> str:
+    """``dtypes`` by name, sorted and comma-separated (for "not one of ..." reasons)."""
+    return ", ".join(sorted(str(d) for d in dtypes))
+
+
 def dtype_support(dtype: Any, allowed: frozenset[np.dtype], what: str = "input") -> Support:
     """YES when ``dtype`` is in ``allowed``, else a reason naming what is."""
     dt = np.dtype(dtype)
     if dt in allowed:
         return Support.YES
-    names = ", ".join(sorted(str(d) for d in allowed))
-    return Support.no(f"{what} dtype {dt} is not one of {names}")
+    return Support.no(f"{what} dtype {dt} is not one of {dtype_names(allowed)}")

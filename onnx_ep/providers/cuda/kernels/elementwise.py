@@ -42,7 +42,12 @@ from onnx_ep.core.kernel import (
     Support,
     TensorSpec,
 )
-from onnx_ep.providers.cuda.kernels.device_kernel import LaunchOnly, grid_1d, types_of
+from onnx_ep.providers.cuda.kernels.device_kernel import (
+    LaunchOnly,
+    dtype_names,
+    grid_1d,
+    types_of,
+)
 
 SOURCE = "elementwise"
 MAX_RANK = 6
@@ -70,10 +75,6 @@ ALL = NUMERIC | {BOOL}
 def suffix(dtype: Any) -> str:
     """The symbol suffix of ``dtype`` (``float32`` -> ``"f32"``); KeyError for others."""
     return DTYPES[np.dtype(dtype)][0]
-
-
-def dtype_names(dtypes: frozenset[np.dtype]) -> str:
-    return ", ".join(sorted(str(d) for d in dtypes))
 
 
 # ---------------------------------------------------------------- broadcast layout

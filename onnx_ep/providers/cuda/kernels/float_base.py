@@ -24,7 +24,8 @@ from onnx_ep.core.kernel import (
     WorkspaceRequirement,
 )
 from onnx_ep.errors import NodeError
-from onnx_ep.providers.cuda.kernels.device_kernel import BF16, LaunchOnly, suffixes_of
+from onnx_ep.providers.cuda.kernels.device_kernel import BF16, LaunchOnly, grid_1d, suffixes_of
+from onnx_ep.providers.cuda.kernels.device_kernel import launch as launch_grid
 
 #: symbol suffix per dtype name (kernels/*.cu instantiate ``<op>_<suffix>``), from
 #: device_kernel.TYPES
@@ -53,13 +54,6 @@ def static_shape(spec: TensorSpec | None) -> tuple[int, ...] | None:
     if spec is None or not spec.is_static:
         return None
     return tuple(int(d) for d in spec.shape)
-
-
-def prod(dims: Sequence[int]) -> int:
-    n = 1
-    for d in dims:
-        n *= int(d)
-    return n
 
 
 class FloatKernel(LaunchOnly):
@@ -135,10 +129,8 @@ def launch(fn: Any, n: int, args: Sequence[tuple[Any, Any]], stream: Any,
            grid: tuple[int, int, int] | None = None, block: int = BLOCK) -> None:
     """Launch a grid-stride kernel over ``n`` items on ``stream`` (nothing for ``n == 0``).
 
-    Through :func:`runtime.launch_cached`: arguments seen before reuse a prebuilt launch.
+    Through :func:`device_kernel.launch`: arguments seen before reuse a prebuilt launch.
     """
-    from onnx_ep.providers.cuda import runtime
-
     if n <= 0:
         return
-    runtime.launch_cached(fn, grid or runtime.grid_1d(n, block), (block, 1, 1), args, stream)
+    launch_grid(fn, grid or grid_1d(n, block), (block, 1, 1), args, stream)

@@ -29,13 +29,8 @@ from onnx_ep.core.kernel import (
 )
 from onnx_ep.errors import NodeError
 from onnx_ep.providers.cuda import blas
-from onnx_ep.providers.cuda.kernels.float_base import (
-    FloatKernel,
-    function,
-    launch,
-    prod,
-    static_shape,
-)
+from onnx_ep.providers.cuda.kernels.device_kernel import prod
+from onnx_ep.providers.cuda.kernels.float_base import FloatKernel, function, launch, static_shape
 
 
 def problem_alignment(itemsize: int, strides: Sequence[int] = ()) -> int:

@@ -36,13 +36,8 @@ from onnx_ep.core.kernel import (
 )
 from onnx_ep.errors import NodeError
 from onnx_ep.providers.cpu_reference.windows import window_geometry
-from onnx_ep.providers.cuda.kernels.float_base import (
-    FloatKernel,
-    function,
-    launch,
-    prod,
-    static_shape,
-)
+from onnx_ep.providers.cuda.kernels.device_kernel import prod
+from onnx_ep.providers.cuda.kernels.float_base import FloatKernel, function, launch, static_shape
 
 #: GlobalAveragePool: float32 sums in another order than numpy's, rounded once to the dtype
 GLOBAL_AVERAGE_PARITY: dict[str, Parity] = {

@@ -28,6 +28,7 @@ from onnx_ep.providers.cuda.kernels.device_kernel import (
     I64,
     PTR,
     CudaKernel,
+    dtype_names,
     launch,
     normalize_axis,
     prod,
@@ -114,10 +115,6 @@ def _zero_point(meta: NodeMeta) -> tuple[bool, TensorSpec | None]:
     return present, (meta.inputs[2] if present else None)
 
 
-def _names(table: dict[np.dtype, Any]) -> str:
-    return ", ".join(sorted(str(d) for d in table))
-
-
 def _static_check(meta: NodeMeta, x: TensorSpec, p: TensorSpec | None) -> Support:
     """Decline parameter shapes that cannot fit, where the shapes are known. The kernels
     index the zero point like the scale, so their shapes must agree."""
@@ -149,9 +146,9 @@ class _Quant(CudaKernel):
             return Support.no(f"needs x and {scale_name} of known dtype and rank")
         x, s = meta.inputs[0], meta.inputs[1]
         if np.dtype(x.dtype) not in x_table:
-            return Support.no(f"x dtype {x.dtype} not in ({_names(x_table)})")
+            return Support.no(f"x dtype {x.dtype} not in ({dtype_names(x_table)})")
         if np.dtype(s.dtype) not in SCALES:
-            return Support.no(f"scale dtype {s.dtype} not in ({_names(SCALES)})")
+            return Support.no(f"scale dtype {s.dtype} not in ({dtype_names(SCALES)})")
         return Support.YES
 
     def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
@@ -207,7 +204,7 @@ class QuantizeLinear(_Quant):
             return Support.no(f"output_dtype {np_dtype(attr)} differs from the zero point's "
                               f"dtype {out}")
         if out not in QUANTIZED:
-            return Support.no(f"output dtype {out} not in ({_names(QUANTIZED)})")
+            return Support.no(f"output dtype {out} not in ({dtype_names(QUANTIZED)})")
         return _static_check(meta, x, s)
 
     def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
@@ -238,7 +235,7 @@ class DequantizeLinear(_Quant):
                               f"x's {x.dtype}")
         out = self.out_dtype(meta)
         if out not in OUTPUTS:
-            return Support.no(f"output dtype {out} not in ({_names(OUTPUTS)})")
+            return Support.no(f"output dtype {out} not in ({dtype_names(OUTPUTS)})")
         return _static_check(meta, x, s)
 
     def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
