@@ -47,6 +47,21 @@ def test_full_options_compile_straight_to_cubin_without_fma() -> None:
     assert f"-I{nvrtc.KERNELS_DIR}" in opts and opts[-1] == "-DX=1"
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["sm_75", "sm_90"])
+def test_softmax_source_compiles_before_and_after_ampere(arch: str) -> None:
+    """softmax.cu's row kernels use sm_80 instructions (cp.async, paired cvt) behind
+    __CUDA_ARCH__ guards: the source must still build for a pre-Ampere device (no GPU
+    needed, only NVRTC)."""
+    try:
+        nvrtc.nvrtc()
+    except Exception as exc:   # noqa: BLE001 - any way NVRTC is missing is a skip
+        pytest.skip(f"NVRTC is unavailable: {exc}")
+    src = (nvrtc.KERNELS_DIR / "softmax.cu").read_text()
+    cubin = nvrtc.compile_cubin(src, "softmax.cu", nvrtc.full_options(arch), arch)
+    assert cubin[:4] == b"\x7fELF"
+
+
 def test_include_dirs_hold_the_fp16_headers() -> None:
     for d in nvrtc.include_dirs():
         assert (Path(d) / "cuda_fp16.h").is_file()

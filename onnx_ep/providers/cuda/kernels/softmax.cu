@@ -281,9 +281,14 @@ template <> struct Word<f16> {
             " cvt.f32.f16 %1, hi;}\n" : "=f"(f[0]), "=f"(f[1]) : "r"(w));
     }
     static __device__ __forceinline__ unsigned put(const float* f) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
         unsigned w;
         asm("cvt.rn.f16x2.f32 %0, %2, %1;\n" : "=r"(w) : "f"(f[0]), "f"(f[1]));
         return w;
+#else
+        return (unsigned)bits16(__float2half_rn(f[0])) |
+               (unsigned)bits16(__float2half_rn(f[1])) << 16;
+#endif
     }
 };
 template <> struct Word<bf16> {
