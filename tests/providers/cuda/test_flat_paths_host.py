@@ -119,6 +119,31 @@ def test_pipelined_grid_gives_every_block_the_same_number_of_row_groups() -> Non
     assert short.grid_for(3) == (3, 1, 1) and short.grid_for(5) is None
 
 
+def test_fast_kernel_pipelines_only_when_blocks_walk_several_row_groups(monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    from onnx_ep.providers.cuda import runtime
+
+    asked = []
+
+    def occupancy(fn, threads, shared):
+        asked.append((fn, threads, shared))
+        return 4
+
+    monkeypatch.setattr(runtime, "max_active_blocks", occupancy)
+    device = SimpleNamespace(multiprocessors=132)          # 528 blocks at once
+    rows = softmax.fast_launch(32768, 4096, 8, np.float16)  # 16384 row groups
+    assert softmax.fast_kernel(rows, lambda infix: infix, device) == (
+        "pipe_p4", (512, 1, 1), 2)
+    assert asked == [("pipe_p4", 256, 2 * 256 * 4 * 16)]
+    few = softmax.fast_launch(64, 4096, 8, np.float16)      # 32 groups: a block each
+    assert softmax.fast_kernel(few, lambda infix: infix, device) == ("fast_v8_p4", few.grid, 0)
+    monkeypatch.setattr(softmax, "PIPE_MAX_BLOCKS", 3)
+    assert softmax.fast_kernel(few, lambda infix: infix, device) == ("pipe_p4", (3, 1, 1), 2)
+    unaligned = softmax.fast_launch(32768, 4096, 1, np.float16)
+    assert softmax.fast_kernel(unaligned, lambda infix: infix, device)[0] == "fast_v1_p8"
+
+
 def test_pipelined_kernels_are_instantiated_for_every_pack_count() -> None:
     src = (KERNELS_DIR / "softmax.cu").read_text()
     have = set(re.findall(r"EP_PIPE_P\((\w+), (\w+), (\d+), (\d+)\)", src))
