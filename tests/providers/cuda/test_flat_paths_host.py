@@ -140,6 +140,12 @@ def test_fast_kernel_pipelines_only_when_blocks_walk_several_row_groups(monkeypa
     assert softmax.fast_kernel(few, lambda infix: infix, device) == ("fast_v8_p4", few.grid, 0)
     monkeypatch.setattr(softmax, "PIPE_MAX_BLOCKS", 3)
     assert softmax.fast_kernel(few, lambda infix: infix, device) == ("pipe_p4", (3, 1, 1), 2)
+    asked.clear()
+    monkeypatch.setattr(softmax, "PIPE_MAX_BLOCKS", None)
+    some = softmax.fast_launch(2 * 132, 4096, 8, np.float16)  # 132 groups: one per SM
+    assert softmax.fast_kernel(some, lambda infix: infix, device)[2] == 0 and not asked
+    monkeypatch.setattr(runtime, "max_active_blocks", lambda fn, threads, shared: 0)
+    assert softmax.fast_kernel(rows, lambda infix: infix, device)[2] == 0   # fits nowhere
     unaligned = softmax.fast_launch(32768, 4096, 1, np.float16)
     assert softmax.fast_kernel(unaligned, lambda infix: infix, device)[0] == "fast_v1_p8"
 

@@ -15,8 +15,9 @@
 // Row loads are vectorized (V elements = 16 bytes) when the host finds the row length and
 // the pointers aligned; V = 1 otherwise. Block sizes are powers of two (<= 256).
 //
-// Fast rows (``*_fast_*``, float32 / float16 / bfloat16, rows of up to 32 values per
-// thread): the row is read from DRAM once into registers and written once; see below.
+// Fast rows (``*_fast_*`` and ``*_pipe_*``, float32 / float16 / bfloat16, rows of up to 32
+// values per thread): the row is read from DRAM once into registers and written once; see
+// below.
 #include "ep_float.cuh"
 #include "ep_geo.cuh"
 

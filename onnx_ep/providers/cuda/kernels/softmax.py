@@ -185,15 +185,20 @@ def fast_kernel(rows: FastRows, function: Callable[[str], Any], device: Any
                 ) -> tuple[Any, tuple[int, int, int], int]:
     """``(function, grid, stages)`` of the kernel that runs ``rows``: the pipelined one
     (stages > 0, a persistent grid) when :meth:`FastRows.grid_for` gives it a grid on
-    ``device``, else the direct one (stages 0). ``function(infix)`` loads a kernel."""
-    if rows.stages:
+    ``device``, else the direct one (stages 0). ``function(infix)`` loads a kernel.
+
+    Row groups that fit one block per multiprocessor (small batches, decode steps) take the
+    direct kernel without asking the occupancy: the launch path stays two lookups shorter.
+    """
+    sms = device.multiprocessors
+    if rows.stages and rows.grid[0] > min(PIPE_MAX_BLOCKS or sms, sms):
         from onnx_ep.providers.cuda import runtime
 
         fn = function(rows.pipe_infix)
         per_sm = runtime.max_active_blocks(fn, rows.block[0] * rows.block[1],
                                            rows.shared_bytes)
-        resident = per_sm * device.multiprocessors
-        grid = rows.grid_for(min(resident, PIPE_MAX_BLOCKS or resident))
+        resident = min(per_sm * sms, PIPE_MAX_BLOCKS or per_sm * sms)
+        grid = rows.grid_for(resident) if resident > 0 else None
         if grid is not None:
             return fn, grid, rows.stages
     return function(rows.direct_infix), rows.grid, 0
