@@ -10,9 +10,11 @@ of the device-to-device copy measured first.
 
 A configuration is ``key=value`` pairs joined by commas:
 
-* ``stages``: PIPE_STAGES (0: the direct kernels; 2-4: pipelined through shared memory; 2);
-* ``shared``: PIPE_SHARED_BYTES in KiB (48);
-* ``values``: FAST_VALUES, the row values each thread aims to hold (32).
+* ``stages``: PIPE_STAGES (0: the direct kernels; 2-4: pipelined through shared memory);
+* ``shared``: PIPE_SHARED_BYTES in KiB;
+* ``values``: FAST_VALUES, the row values each thread aims to hold.
+
+A knob a configuration leaves out keeps softmax.py's value.
 
 Usage::
 
@@ -40,8 +42,16 @@ DEFAULT_CONFIGS = ("stages=2 stages=0 stages=3 stages=4,shared=64 stages=2,share
                    "stages=2,values=16 stages=0,values=16")
 
 
-def parse_config(text: str) -> dict[str, int]:
-    out = {"stages": 2, "shared": 48, "values": 32}
+def defaults() -> dict[str, int]:
+    """The knobs as softmax.py ships them (read before any configuration is applied)."""
+    from onnx_ep.providers.cuda.kernels import softmax
+
+    return {"stages": softmax.PIPE_STAGES, "shared": softmax.PIPE_SHARED_BYTES // 1024,
+            "values": softmax.FAST_VALUES}
+
+
+def parse_config(text: str, base: dict[str, int]) -> dict[str, int]:
+    out = dict(base)
     for part in filter(None, text.split(",")):
         key, _, value = part.partition("=")
         if key not in out:
@@ -91,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     if not support:
         print(f"row_kernels.py: CUDA is unavailable here: {support.reason}", file=sys.stderr)
         return 2
-    configs = [(c, parse_config(c)) for c in args.configs.split()]
+    shipped = defaults()
+    configs = [(c, parse_config(c, shipped)) for c in args.configs.split()]
     b = Bench(argparse.Namespace(size_mib=args.size_mib, iters=args.iters))
     bench_copy(b)
     print(f"copy: {b.copy_gbs:,.0f} GB/s ({args.size_mib:g} MiB)", flush=True)
@@ -126,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 k.close()
     finally:
-        apply(parse_config(""))
+        apply(shipped)
         b.close()
     labels = [label for label, _, _ in cases]
     print("\n| configuration | " + " | ".join(labels) + " |")
