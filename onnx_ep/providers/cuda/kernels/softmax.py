@@ -144,10 +144,9 @@ class FastRows(NamedTuple):
         return (-(-groups // steps), 1, 1)
 
 
-def pipe_stages(threads_per_block: int, packs: int) -> int:
-    """Row buffers of a pipelined block (:data:`PIPE_STAGES` or fewer, so that they fit in
-    :data:`PIPE_SHARED_BYTES`), or 0 when two do not fit."""
-    per_stage = threads_per_block * packs * VECTOR_BYTES
+def pipe_stages(per_stage: int) -> int:
+    """Row buffers of ``per_stage`` bytes a pipelined block takes (:data:`PIPE_STAGES` or
+    fewer, so that they fit in :data:`PIPE_SHARED_BYTES`), or 0 when two do not fit."""
     stages = min(PIPE_STAGES, 4)
     while stages >= 2 and stages * per_stage > PIPE_SHARED_BYTES:
         stages -= 1
@@ -174,10 +173,10 @@ def fast_launch(outer: int, cols: int, v: int, dtype: Any) -> FastRows | None:
         return None
     grid, block = (blocks, 1, 1), (threads, per_block, 1)
     if v * np.dtype(dtype).itemsize == VECTOR_BYTES and blocks > 1:
-        stages = pipe_stages(threads * per_block, packs)
+        per_stage = threads * per_block * packs * VECTOR_BYTES   # P 16-byte packs a thread
+        stages = pipe_stages(per_stage)
         if stages:
-            return FastRows(v, packs, grid, block, stages,
-                            stages * threads * per_block * packs * VECTOR_BYTES)
+            return FastRows(v, packs, grid, block, stages, stages * per_stage)
     return FastRows(v, packs, grid, block)
 
 
