@@ -1,13 +1,20 @@
 """Cast and CastLike: every numeric type, bool and string.
 
-Parity (docs/PARITY.md): exact. Float targets are rounded once, to nearest even, from the
-exact source value: narrow ml_dtypes formats (bfloat16, float8, float4, float6) go
-through float64 and :func:`.numerics.round_from_float64`, never through a second
-rounding. ``saturate`` (default 1) clamps out-of-range values of the four float8 types
-to +-max (infinities included, NaN stays NaN); ``saturate=0`` follows the
-format (inf or NaN). float8e8m0 honours ``round_mode`` (up / down / nearest).
-Float -> integer truncates toward zero; out-of-range values are undefined by ONNX
-(numpy's result). Integer -> narrower integer wraps (two's complement).
+Parity (docs/PARITY.md): exact. The rules are the ONNX specification's, computed here and
+in :mod:`.formats` rather than by numpy's or ml_dtypes' conversions (whose answers for
+narrow formats and out-of-range values differ between releases and platforms):
+
+- float targets are rounded once, to nearest even, from the exact source value;
+  ``saturate`` (default 1) clamps out-of-range values of the four float8 types to +-max
+  (infinities included, NaN stays NaN), ``saturate=0`` follows the format (inf or NaN);
+  float4e2m1 always saturates and takes NaN to 6; float8e8m0 honours ``round_mode``
+  (up / down / nearest);
+- float -> int4 / uint4 / int2 / uint2 rounds half to even and keeps the low bits;
+  float -> any other integer truncates toward zero, with x86's answer for the values
+  ONNX leaves undefined (:func:`.formats.float_to_int`);
+- integer -> narrower integer wraps (two's complement); anything -> bool is ``x != 0``
+  (NaN is true).
+
 Strings: numbers are written like onnxruntime (``%.8g`` for floats, ``NaN``, ``INF``,
 ``-INF``, bools as ``1``/``0``); strings are parsed as integers for integer targets
 (falling back to truncated floats, undefined by ONNX) and as floats otherwise, with
@@ -18,28 +25,30 @@ from __future__ import annotations
 
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 import onnx
 
 from onnx_ep.core.dtypes import np_dtype
 from onnx_ep.core.kernel import ExecutionContext, Parity
 from onnx_ep.providers.cpu_reference.base import CpuKernel
-from onnx_ep.providers.cpu_reference.numerics import (
-    ML_FLOATS,
-    ML_INTS,
-    is_float,
-    is_int,
-    is_signed_int,
-    round_from_float64,
+from onnx_ep.providers.cpu_reference.formats import (
+    E8M0,
+    FORMATS,
+    SATURATING_FLOAT8,
+    SUB_BYTE_INTS,
+    decode,
+    decode_int,
+    encode,
+    encode_int,
+    float_to_int,
+    float_to_sub_byte_int,
+    source_value,
+    to_e8m0,
 )
+from onnx_ep.providers.cpu_reference.numerics import is_float, is_int
 
-#: float8 formats that ``saturate`` applies to (besides float8e8m0).
-SATURATING_FLOAT8: frozenset[np.dtype] = frozenset(np.dtype(t) for t in (
-    ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e4m3fnuz,
-    ml_dtypes.float8_e5m2, ml_dtypes.float8_e5m2fnuz))
+__all__ = ["cast", "to_e8m0", "to_string", "from_string", "Cast", "CastLike", "KERNELS"]
 
-E8M0 = np.dtype(ml_dtypes.float8_e8m0fnu)
 ROUND_MODES = ("up", "down", "nearest")
 STRING = np.dtype(object)
 
@@ -50,27 +59,32 @@ def cast(x: np.ndarray, target: np.dtype, *, saturate: bool = True,
 
     :raises ValueError: for a string that is not a number.
     """
+    x = np.asarray(x)
     src = x.dtype
+    target = np.dtype(target)
     if src == target:
         return x.copy()
     if target == STRING:
         return to_string(x)
     if src == STRING:
         return from_string(x, target)
-    if src in ML_INTS:
-        # exact widening first: ml_dtypes' sub-byte ints convert cleanly to int8/uint8
-        x = x.astype(np.int8 if is_signed_int(src) else np.uint8)
-    elif src in ML_FLOATS:
-        x = x.astype(np.float64)  # exact: every ml_dtypes float fits float64
     with np.errstate(all="ignore"):
         if target == E8M0:
-            return to_e8m0(x.astype(np.float64), saturate=saturate, round_mode=round_mode)
-        if target in ML_FLOATS:
-            x64 = x.astype(np.float64)
-            if saturate and target in SATURATING_FLOAT8:
-                limit = float(ml_dtypes.finfo(target).max)
-                x64 = np.clip(x64, -limit, limit)  # NaN passes through np.clip
-            return round_from_float64(x64, target)
+            return to_e8m0(x, saturate=saturate, round_mode=round_mode)
+        if target in FORMATS:
+            return encode(x, target, saturate=saturate and target in SATURATING_FLOAT8)
+        if target in SUB_BYTE_INTS:
+            if is_float(src):
+                return float_to_sub_byte_int(x, target)
+            return encode_int(decode_int(x) if src in SUB_BYTE_INTS else x, target)
+        if is_float(src):
+            if is_int(target):
+                return float_to_int(x, target)
+            if src in FORMATS or src == E8M0:
+                # exact; a float16 / float32 / float64 target then rounds once
+                x = decode(x, np.float32 if target == np.float32 else np.float64)
+        elif src in SUB_BYTE_INTS:
+            x = decode_int(x)
         return np.asarray(x.astype(target))
 
 
@@ -79,13 +93,14 @@ def to_string(x: np.ndarray) -> np.ndarray:
     if x.dtype == np.bool_:
         text = np.where(x, "1", "0")
     elif is_float(x.dtype):
-        x64 = x.astype(np.float64)
+        x64 = source_value(x)
         text = np.char.mod("%.8g", x64)
         text = np.where(np.isnan(x64), "NaN", text)
         text = np.where(np.isposinf(x64), "INF", text)
         text = np.where(np.isneginf(x64), "-INF", text)
     else:
-        wide = x.astype(np.uint64 if x.dtype.kind == "u" else np.int64)
+        wide = decode_int(x) if x.dtype in SUB_BYTE_INTS else \
+            x.astype(np.uint64 if x.dtype.kind == "u" else np.int64)
         text = np.char.mod("%d", wide)
     return np.asarray(text, dtype=object).reshape(x.shape)
 
@@ -112,32 +127,6 @@ def _all_unsigned(x: np.ndarray) -> bool:
 def _parse_floats(x: np.ndarray) -> np.ndarray:
     # float() accepts "inf", "+inf", "-inf", "nan" in any letter case, as ONNX asks
     return x.astype(np.float64)
-
-
-def to_e8m0(x: np.ndarray, *, saturate: bool, round_mode: str) -> np.ndarray:
-    """Round float64 ``x`` to a power of two 2^k, k in [-127, 127] (float8e8m0).
-
-    ``up`` rounds away from zero, ``down`` toward zero, ``nearest`` to the nearer
-    power (ties up). The sign is ignored (negative inputs are unspecified by ONNX).
-    Out of range: the closest end when saturating, else NaN; zero counts as below
-    range; +-inf saturates to the largest value.
-    """
-    a = np.abs(x)
-    mant, exp = np.frexp(a)            # a = mant * 2^exp, mant in [0.5, 1)
-    k = exp.astype(np.int64) - 1        # 2^k <= a < 2^(k+1)
-    if round_mode == "up":
-        k = k + (mant != 0.5)
-    elif round_mode == "nearest":
-        k = k + (mant >= 0.75)         # a >= 1.5 * 2^k, the midpoint, rounds up
-    biased = k + 127
-    over = (biased > 254) | np.isinf(a)
-    under = (biased < 0) | (a == 0)
-    if saturate:
-        code = np.where(under, 0, np.where(over, 254, np.clip(biased, 0, 254)))
-    else:
-        code = np.where(over | under, 255, np.clip(biased, 0, 254))
-    code = np.where(np.isnan(a), 255, code)
-    return np.asarray(code.astype(np.uint8).view(E8M0))
 
 
 def _attrs(kernel: CpuKernel, ctx: ExecutionContext) -> tuple[bool, str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from onnx_ep.providers.cpu_reference.formats import E8M0, FORMATS, decode, encode, to_e8m0
 from onnx_ep.providers.cpu_reference.numerics import is_float  # noqa: F401 - re-exported
 
 
@@ -23,7 +24,10 @@ def compute_dtype(dtype: np.dtype) -> np.dtype:
 
 def upcast(x: np.ndarray) -> np.ndarray:
     """``x`` in its :func:`compute_dtype` (no copy when already there)."""
-    return np.asarray(x).astype(compute_dtype(x.dtype), copy=False)
+    x = np.asarray(x)
+    if x.dtype in FORMATS or x.dtype == E8M0:
+        return decode(x, np.float32)
+    return x.astype(compute_dtype(x.dtype), copy=False)
 
 
 def float_compute(x: np.ndarray) -> np.ndarray:
@@ -35,5 +39,14 @@ def float_compute(x: np.ndarray) -> np.ndarray:
 
 
 def round_to(y: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """Round ``y`` once to ``dtype`` and make sure the result is an ndarray, not a scalar."""
+    """Round ``y`` once to ``dtype`` and make sure the result is an ndarray, not a scalar.
+
+    Narrow float formats round through :mod:`.formats` (the ONNX rules; float8e8m0 by
+    Cast's default), never through ml_dtypes' conversions.
+    """
+    dtype = np.dtype(dtype)
+    if dtype in FORMATS:
+        return encode(y, dtype)
+    if dtype == E8M0:
+        return to_e8m0(y)
     return np.asarray(np.asarray(y).astype(dtype, copy=False))

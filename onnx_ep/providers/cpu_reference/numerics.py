@@ -3,28 +3,33 @@
 Transcendental kernels of float16 / bfloat16 / float32 inputs evaluate in float64 and
 round once to the output dtype (docs/PARITY.md), so another provider can reproduce the
 reference bit for bit by doing the same. numpy rounds float64 straight to float32 and
-float16; ml_dtypes goes through float32, which would round twice, so
-:func:`round_from_float64` rounds to float32 *to odd* first (the classic fix: an odd
-float32 carries the sticky bit, and float32 has more than 2p+2 bits for every narrower
-format, so the second rounding is then correct).
+float16; every narrower format rounds through :mod:`.formats` (the ONNX rules, not the
+installed ml_dtypes release's).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-import ml_dtypes
 import numpy as np
 
+from onnx_ep.providers.cpu_reference.formats import (
+    E8M0,
+    FORMATS,
+    SUB_BYTE_INTS,
+    encode,
+    to_e8m0,
+    to_float32_odd,
+)
+
+__all__ = ["ML_FLOATS", "ML_INTS", "is_float", "is_int", "is_signed_int", "to_float64",
+           "round_from_float64", "to_float32_odd", "erf", "erfc"]
+
 #: float formats numpy ufuncs do not know; computed in float64 and rounded back.
-ML_FLOATS: frozenset[np.dtype] = frozenset(np.dtype(t) for t in (
-    ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e4m3fnuz,
-    ml_dtypes.float8_e5m2, ml_dtypes.float8_e5m2fnuz, ml_dtypes.float8_e8m0fnu,
-    ml_dtypes.float4_e2m1fn, ml_dtypes.float6_e2m3fn, ml_dtypes.float6_e3m2fn))
+ML_FLOATS: frozenset[np.dtype] = frozenset(FORMATS) | {E8M0}
 
 #: sub-byte integers of ml_dtypes (int4, uint4, int2, uint2).
-ML_INTS: frozenset[np.dtype] = frozenset(np.dtype(t) for t in (
-    ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.int2, ml_dtypes.uint2))
+ML_INTS: frozenset[np.dtype] = frozenset(SUB_BYTE_INTS)
 
 
 def is_float(dt: np.dtype) -> bool:
@@ -39,7 +44,8 @@ def is_int(dt: np.dtype) -> bool:
 
 
 def is_signed_int(dt: np.dtype) -> bool:
-    return dt.kind == "i" or dt in (np.dtype(ml_dtypes.int4), np.dtype(ml_dtypes.int2))
+    dt = np.dtype(dt)
+    return dt.kind == "i" or SUB_BYTE_INTS.get(dt, (0, False))[1]
 
 
 def to_float64(x: np.ndarray) -> np.ndarray:
@@ -47,28 +53,15 @@ def to_float64(x: np.ndarray) -> np.ndarray:
 
 
 def round_from_float64(y: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """Round float64 ``y`` once to the float dtype ``dtype`` (round to nearest even)."""
+    """Round float64 ``y`` once to the float dtype ``dtype`` (round to nearest even;
+    float8e8m0 by Cast's default rule, saturating and rounding up)."""
     dtype = np.dtype(dtype)
     y = np.asarray(y, dtype=np.float64)
-    if dtype.kind == "f":
-        return np.asarray(y.astype(dtype))
-    return np.asarray(to_float32_odd(y).astype(dtype))
-
-
-def to_float32_odd(y: np.ndarray) -> np.ndarray:
-    """float64 -> float32 rounded *to odd*: truncate, then set the last bit if inexact.
-
-    Rounding that float32 to any format with at most 22 significant bits gives the
-    correctly rounded result of ``y`` (the sticky bit survives in the odd bit).
-    """
-    y = np.asarray(y, dtype=np.float64)
-    with np.errstate(over="ignore", invalid="ignore"):
-        f = y.astype(np.float32)
-        away = np.abs(f.astype(np.float64)) > np.abs(y)
-        f = np.where(away, np.nextafter(f, np.float32(0)), f)
-        inexact = (f.astype(np.float64) != y) & np.isfinite(y)
-        bits = f.view(np.uint32) | inexact.astype(np.uint32)
-    return bits.view(np.float32)
+    if dtype in FORMATS:
+        return encode(y, dtype)
+    if dtype == E8M0:
+        return to_e8m0(y)
+    return np.asarray(y.astype(dtype))
 
 
 # ---------------------------------------------------------------- erf / erfc

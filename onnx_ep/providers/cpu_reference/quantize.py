@@ -21,18 +21,33 @@ from onnx_ep.core.dtypes import np_dtype
 from onnx_ep.core.kernel import ExecutionContext
 from onnx_ep.providers.cpu_reference.base import CpuKernel, normalize_axis
 from onnx_ep.providers.cpu_reference.conv import Conv
+from onnx_ep.providers.cpu_reference.formats import (
+    SATURATING_FLOAT8,
+    SUB_BYTE_INTS,
+    encode,
+    encode_int,
+    source_value,
+)
+from onnx_ep.providers.cpu_reference.numerics import round_from_float64
 
-_INT_TYPES = {np.dtype(t) for t in (np.uint8, np.int8, np.uint16, np.int16, np.int32,
-                                    ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.int2,
-                                    ml_dtypes.uint2)}
-_FLOAT8 = {np.dtype(t) for t in (ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e4m3fnuz,
-                                 ml_dtypes.float8_e5m2, ml_dtypes.float8_e5m2fnuz)}
+_INT_TYPES = {np.dtype(t) for t in (np.uint8, np.int8, np.uint16, np.int16, np.int32)} \
+    | set(SUB_BYTE_INTS)
+_FLOAT8 = set(SATURATING_FLOAT8)
 _FLOAT4 = {np.dtype(ml_dtypes.float4_e2m1fn)}
 
 
 def _int_range(dtype: np.dtype) -> tuple[int, int]:
-    info = ml_dtypes.iinfo(dtype)
+    if dtype in SUB_BYTE_INTS:
+        bits, signed = SUB_BYTE_INTS[dtype]
+        return (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+    info = np.iinfo(dtype)
     return int(info.min), int(info.max)
+
+
+def _to_int(values: np.ndarray, out: np.dtype) -> np.ndarray:
+    """Exact integers (held in float64, already in range; NaN gives 0) stored as ``out``."""
+    v = np.where(np.isnan(values), 0.0, values).astype(np.int64)
+    return encode_int(v, out) if out in SUB_BYTE_INTS else v.astype(out)
 
 
 def _broadcast_param(kernel: CpuKernel, ctx: ExecutionContext, p: np.ndarray,
@@ -70,17 +85,14 @@ def quantize(x: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, out: np.dt
         lo, hi = _int_range(out)
         qi = np.rint(q)
         if zp is not None:
-            qi = qi + np.asarray(zp).astype(np.float64)
-        return np.clip(qi, lo, hi).astype(out)
+            qi = qi + source_value(zp)
+        return _to_int(np.clip(qi, lo, hi), out)
     if out in _FLOAT8:
-        if saturate:
-            info = ml_dtypes.finfo(out)
-            q = np.clip(q, float(info.min), float(info.max))
-        return q.astype(out)
+        return encode(q, out, saturate=saturate)
     if out in _FLOAT4:
         if zp is not None:
-            q = q + np.asarray(zp).astype(cdt)
-        return q.astype(out)   # float4 has no inf/nan: ml_dtypes saturates
+            q = q + source_value(zp).astype(cdt)
+        return encode(q, out)   # float4 has no inf/nan: always saturates
     raise ValueError(f"{out} is not a quantized type")
 
 
@@ -102,7 +114,7 @@ class QuantizeLinear(CpuKernel):
         s = _broadcast_param(self, ctx, scale, x.shape, axis, block, "scale")
         z = None if zp is None else _broadcast_param(self, ctx, zp, x.shape, axis, block,
                                                      "zero point")
-        if out in _FLOAT8 and z is not None and np.any(z.astype(np.float32) != 0):
+        if out in _FLOAT8 and z is not None and np.any(source_value(z) != 0):
             raise self.fail(ctx, "a float8 zero point must be 0")
         return quantize(np.asarray(x), s, z, out, bool(node.attr("saturate", 1)))
 
@@ -115,15 +127,15 @@ class DequantizeLinear(CpuKernel):
             raise self.fail(ctx, f"zero point dtype {zp.dtype} differs from x dtype {x.dtype}")
         axis, block = int(node.attr("axis", 1)), int(node.attr("block_size", 0))
         s = _broadcast_param(self, ctx, scale, x.shape, axis, block, "scale")
-        dx = np.asarray(x).astype(np.float64)
+        dx = source_value(x)
         if zp is not None:
-            if x.dtype in _FLOAT8 and np.any(zp.astype(np.float32) != 0):
+            if x.dtype in _FLOAT8 and np.any(source_value(zp) != 0):
                 raise self.fail(ctx, "a float8 zero point must be 0")
-            dx = dx - _broadcast_param(self, ctx, zp, x.shape, axis, block,
-                                       "zero point").astype(np.float64)
+            dx = dx - source_value(_broadcast_param(self, ctx, zp, x.shape, axis, block,
+                                                    "zero point"))
         out_attr = int(node.attr("output_dtype", 0))
         out = np_dtype(out_attr) if out_attr else np.dtype(scale.dtype)
-        return np.asarray(dx * s.astype(np.float64)).astype(out)
+        return round_from_float64(dx * source_value(s), out)
 
 
 class DynamicQuantizeLinear(CpuKernel):

@@ -1,6 +1,7 @@
 """CPU-runnable checks of the CUDA Cast: its dtype table, supports/bind/infer_outputs, the
 symbols cast.cu instantiates, and ep_lowfloat.cuh (the float8 / float4 / e8m0 conversions,
-compiled here as plain C++) against cpu_reference bit pattern by bit pattern."""
+compiled here as plain C++) against cpu_reference (cpu_reference/formats.py, the ONNX
+rules) bit pattern by bit pattern."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pytest
 from onnx_ep.core.dtypes import onnx_elem_type
 from onnx_ep.core.kernel import NodeMeta, TensorSpec
 from onnx_ep.providers.cpu_reference import cast as ref_cast
+from onnx_ep.providers.cpu_reference import formats
 from onnx_ep.providers.cuda.kernels import cast
 from onnx_ep.providers.cuda.nvrtc import KERNELS_DIR
 
@@ -179,10 +181,10 @@ def _probe(grid: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize("i", range(len(LOW)), ids=[np.dtype(t).name for t in LOW])
-def test_lowfloat_decode_matches_ml_dtypes_for_every_code(lowfloat, i):
+def test_lowfloat_decode_matches_the_reference_for_every_code(lowfloat, i):
     t = np.dtype(LOW[i])
     codes = np.arange(16 if t == np.dtype(ml_dtypes.float4_e2m1fn) else 256, dtype=np.uint8)
-    want = codes.view(t).astype(np.float64).view(np.uint64)
+    want = formats.decode(codes.view(t)).view(np.uint64)
     got = _decode(lowfloat, i, codes).view(np.uint64)
     bad = np.flatnonzero(got != want)
     assert not bad.size, [(hex(int(codes[j])), hex(int(got[j])), hex(int(want[j]))) for j in bad[:8]]
@@ -192,7 +194,7 @@ def test_lowfloat_decode_matches_ml_dtypes_for_every_code(lowfloat, i):
 def test_lowfloat_encode_matches_the_reference_cast(lowfloat, i):
     t = np.dtype(LOW[i])
     codes = np.arange(16 if t == np.dtype(ml_dtypes.float4_e2m1fn) else 256, dtype=np.uint8)
-    x = _probe(codes.view(t).astype(np.float64))
+    x = _probe(formats.decode(codes.view(t)))
     modes = ("up", "down", "nearest") if t == np.dtype(ml_dtypes.float8_e8m0fnu) else ("up",)
     for sat in (True, False):
         for m, mode in enumerate(modes):

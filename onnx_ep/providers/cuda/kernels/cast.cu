@@ -1,20 +1,21 @@
 // Cast between every numeric type of cpu_reference/cast.py but string: float32 float16
 // bfloat16 float64, int64 int32 int16 int8 uint64 uint32 uint16 uint8, bool, the float8s
 // (e4m3fn e4m3fnuz e5m2 e5m2fnuz e8m0), float4e2m1 and int4 uint4 int2 uint2 (one element
-// per byte, as ml_dtypes stores them; see ep_lowfloat.cuh), exactly as the reference does
-// it with numpy and ml_dtypes on x86:
+// per byte, as ml_dtypes stores them; see ep_lowfloat.cuh), by the reference's rules
+// (cpu_reference/formats.py):
 // - float targets are rounded once, to nearest even, from the exact source value
-//   (bfloat16 through float64 and float32-rounded-to-odd, as numerics.round_from_float64);
-//   int64 -> float32 rounds directly, int -> bfloat16 goes through float64 as the reference;
-//   narrow float targets round from the source's float64 value (ep_lowfloat.cuh: e5m2
-//   through float32, as the reference), ``saturate`` clamping |x| > max of the four float8s
-//   first; float8e8m0 follows ``round_mode``;
-// - float -> int truncates toward zero with x86 cvtt semantics for the values ONNX leaves
-//   undefined: NaN or out of range gives INT64_MIN (int64) / INT32_MIN (int32); int16,
-//   uint16, int8, uint8, int4, uint4, int2 and uint2 take the low bits of the int32
-//   conversion (numpy's C cast); uint64 is gcc's `x >= 2^63 ? cvtt(x - 2^63) ^ 2^63 :
-//   cvtt(x)`; uint32 is numpy's vectorized `x >= 2^31 ? cvtt32(x - 2^31) ^ 2^31 : cvtt32(x)`
-//   (the low 32 bits of the int64 conversion from float16, numpy's scalar loop);
+//   (bfloat16 through float64 and float32-rounded-to-odd, as numerics.round_from_float64;
+//   int64 / uint64 sources beyond 2^53 through float64 rounded to odd); int64 -> float32
+//   rounds directly; narrow float targets round from the source's float64 value
+//   (ep_lowfloat.cuh), ``saturate`` clamping |x| > max of the four float8s first;
+//   float8e8m0 follows ``round_mode``;
+// - float -> int4 / uint4 / int2 / uint2 rounds half to even and keeps the low bits (NaN,
+//   inf and |x| >= 2^62 give 0);
+// - float -> other ints truncates toward zero with x86 cvtt semantics for the values ONNX
+//   leaves undefined: NaN or out of range gives INT64_MIN (int64) / INT32_MIN (int32);
+//   int16, uint16, int8 and uint8 take the low bits of the int32 conversion, uint32 the
+//   low 32 bits of the int64 conversion; uint64 is `x >= 2^63 ? cvtt(x - 2^63) ^ 2^63 :
+//   cvtt(x)`;
 // - int -> narrower int wraps; anything -> bool is x != 0 (NaN is true).
 // Symbols: cast_<src>_<dst>(const S* x, D* y, long long n, int saturate, int round_mode),
 // round_mode 0 up, 1 down, 2 nearest (float8e8m0 targets only).
@@ -52,15 +53,30 @@ __device__ __forceinline__ i64 x86_to_i64(double d) {
     return (d >= -0x1p63 && d < 0x1p63) ? (i64)d : (i64)0x8000000000000000ull;
 }
 
-// float (as its exact double) to an integer type; ``half``: the source is float16
-template <class D> __device__ __forceinline__ D float_to_int(double d, bool half) {
+// float (as its exact double) to an integer type
+template <class D> __device__ __forceinline__ D float_to_int(double d) {
     if constexpr (Same<D, i64>::v) return x86_to_i64(d);
     else if constexpr (Same<D, u64>::v)
         return d >= 0x1p63 ? (u64)x86_to_i64(d - 0x1p63) ^ 0x8000000000000000ull : (u64)x86_to_i64(d);
-    else if constexpr (Same<D, u32>::v) {
-        if (half) return (u32)x86_to_i64(d);
-        return d >= 0x1p31 ? (u32)x86_to_i32(d - 0x1p31) ^ 0x80000000u : (u32)x86_to_i32(d);
-    } else return (D)x86_to_i32(d);  // int32 itself, or its low bits
+    else if constexpr (Same<D, u32>::v) return (u32)x86_to_i64(d);  // its low 32 bits
+    else return (D)x86_to_i32(d);  // int32 itself, or its low bits
+}
+
+// a float rounded half to even, as a sub-byte int's source (formats.float_to_sub_byte_int)
+__device__ __forceinline__ i64 rounded_int(double d) {
+    double r = rint(d);
+    return (isfinite(r) && fabs(r) < 0x1p62) ? (i64)r : 0;
+}
+
+// a 64-bit integer as float64 rounded to odd (formats.int_to_float64_odd): truncated, the
+// last bit set when inexact, so a narrower rounding of it rounds the integer once
+__device__ __forceinline__ double odd64(i64 x) {
+    double d = __ll2double_rz(x);
+    return (i64)d == x ? d : from_bits64(bits64(d) | 1ull);
+}
+__device__ __forceinline__ double odd64(u64 x) {
+    double d = __ull2double_rz(x);
+    return (u64)d == x ? d : from_bits64(bits64(d) | 1ull);
 }
 
 // float source to float target, rounded once
@@ -73,20 +89,22 @@ template <class D, class S> __device__ __forceinline__ D float_to_float(S x) {
     else return round_from64<D>(to_f64(x));
 }
 
+// the value the reference converts from (formats.source_value): float64 for floats
+// (narrow ones decoded), 0 / 1 for bool, the integer itself (64-bit ones rounded to odd)
+template <class S> __device__ __forceinline__ double as_double(S x) {
+    if constexpr (Kind<S>::v == 1) return to_f64(x);
+    else if constexpr (Kind<S>::v == 2) return x ? 1.0 : 0.0;
+    else if constexpr (Same<S, i64>::v || Same<S, u64>::v) return odd64(x);
+    else return (double)x;  // exact
+}
+
 // integer source to float target
 template <class D, class S> __device__ __forceinline__ D int_to_float(S x) {
     if constexpr (Same<D, double>::v) return (double)x;
     else if constexpr (Same<D, float>::v) return (float)x;  // one rounding, as cvtsi2ss
-    else return round_from64<D>((double)x);  // exact for |x| < 2^53; beyond, the reference's way
+    else return round_from64<D>(as_double(x));
 }
 
-// the value the reference converts from: float64 for floats (narrow ones decoded), the
-// integer itself for ints (sub-byte ones widened), 0 / 1 for bool
-template <class S> __device__ __forceinline__ double as_double(S x) {
-    if constexpr (Kind<S>::v == 1) return to_f64(x);
-    else if constexpr (Kind<S>::v == 2) return x ? 1.0 : 0.0;
-    else return (double)x;  // numpy's int -> float64, to nearest even
-}
 
 template <class D, class S> __device__ __forceinline__ D convert(S x, int sat, int mode);
 
@@ -108,7 +126,7 @@ template <class D, class S> __device__ __forceinline__ D to_byte_format(S x, int
     D out;
     if constexpr (Kind<D>::v == 4) {
         i64 v;
-        if constexpr (Kind<S>::v == 1) v = x86_to_i32(to_f64(x));
+        if constexpr (Kind<S>::v == 1) v = rounded_int(to_f64(x));
         else if constexpr (Kind<S>::v == 2) v = x ? 1 : 0;
         else v = (i64)x;
         out.b = lowfloat::encode_int(v, SubInt<D>::bits);
@@ -132,7 +150,7 @@ template <class D, class S> __device__ __forceinline__ D convert(S x, int sat, i
         else return (D)(x ? 1 : 0);
     } else if constexpr (Kind<S>::v == 1) {
         if constexpr (Kind<D>::v == 1) return float_to_float<D>(x);
-        else return float_to_int<D>(to_f64(x), Same<S, f16>::v);
+        else return float_to_int<D>(to_f64(x));
     } else {
         if constexpr (Kind<D>::v == 1) return int_to_float<D>(x);
         else return (D)x;  // wraps

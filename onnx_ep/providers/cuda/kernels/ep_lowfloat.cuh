@@ -1,21 +1,19 @@
 // Narrow float and sub-byte integer formats of cast.cu and quantize.cu, by bit manipulation,
-// exactly as cpu_reference (ml_dtypes) stores and converts them. One element per byte, as
-// ml_dtypes arrays hold them in memory (the low 4 / 2 bits; the rest zero).
+// by the rules of cpu_reference/formats.py (the ONNX specification's). One element per
+// byte, as ml_dtypes arrays hold them in memory (the low 4 / 2 bits; the rest zero).
 //
 // - decode: the exact value as a double; NaN becomes the quiet NaN 0x7ff8... with the
-//   code's sign (0xfff8... for the fnuz formats' 0x80, 0x7ff8... for float8e8m0's 0xff),
-//   as ml_dtypes' astype(float64).
-// - encode: round the double once to nearest even (the reference rounds through float32
-//   rounded to odd, which gives the same result). Overflow: e5m2 -> +-inf, e4m3fn -> +-NaN
-//   (0x7f / 0xff), fnuz -> 0x80, float4e2m1 -> +-6 (no inf / NaN). ``clip`` (Cast's
+//   code's sign (0xfff8... for the fnuz formats' 0x80, 0x7ff8... for float8e8m0's 0xff).
+// - encode: round the double once to nearest even. Overflow: e5m2 -> +-inf, e4m3fn ->
+//   +-NaN (0x7f / 0xff), fnuz -> 0x80, float4e2m1 -> +-6 (no inf / NaN). ``clip`` (Cast's
 //   saturate for float8) first clamps |x| > max to max (inf included, NaN stays).
-//   Exception: e5m2 rounds twice, float64 -> float32 -> e5m2, as the reference does.
-//   NaN: e4m3fn 0x7f | sign, e5m2 0x7e | sign, fnuz 0x80, float4e2m1 +NaN -> 0x8,
-//   -NaN -> 0x0 (what ml_dtypes gives). fnuz formats have no -0: zero results are 0x00.
-// - float8e8m0: decode 2^(code - 127), 0xff NaN; encode numerics' to_e8m0.
+//   NaN: e4m3fn 0x7f | sign, e5m2 0x7e | sign, fnuz 0x80, float4e2m1 +6 (0x7).
+//   fnuz formats have no -0: zero results are 0x00.
+// - float8e8m0: decode 2^(code - 127), 0xff NaN; encode formats.to_e8m0.
+// - sub-byte integers: the low bits (a float is first rounded half to even).
 //
 // Compiles for NVRTC (device) and as plain C++ on the host (tests/providers/cuda check the
-// host build against ml_dtypes bit pattern by bit pattern).
+// host build against the reference, bit pattern by bit pattern).
 #pragma once
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
@@ -100,12 +98,6 @@ EP_HD double round_to(double a, int mbits, int emin) {
     return ldexp(rint(ldexp(a, mbits - e)), e - mbits);  // power-of-two scalings are exact
 }
 
-// a >= 0 rounded to float32 (to nearest even; overflow to inf)
-EP_HD double round_float32(double a) {
-    double r = round_to(a, 23, -126);
-    return r > 3.4028234663852886e38 ? double_from_bits(0x7ff0000000000000ull) : r;
-}
-
 EP_HD double max_value(Format f) { return decode(f, f.max_code); }
 
 // x rounded once to nearest even into format f; ``clip`` clamps |x| > max to max first
@@ -118,16 +110,12 @@ EP_HD byte_t encode(Format f, double x, bool clip) {
             case IEEE: return sign | (byte_t)(((1u << f.ebits) - 1u) << f.mbits | 1u << (f.mbits - 1));
             case FN: return sign | (byte_t)((1u << s) - 1u);
             case FNUZ: return (byte_t)(1u << s);
-            default: return neg ? (byte_t)0 : (byte_t)(1u << s);
+            default: return f.max_code;  // ONNX technical/float4.md: NaN -> +max
         }
     }
     double a = fabs(x);
     double mx = max_value(f);
     if (clip && a > mx) a = mx;
-    // the reference rounds e5m2 twice: numpy sees kind 'f' (ml_dtypes' float8_e5m2 is the
-    // one narrow type so marked), so round_from_float64 casts float64 straight to it, and
-    // ml_dtypes' float64 -> e5m2 goes through float32 (round to nearest even, not to odd)
-    if (f.kind == IEEE) a = round_float32(a);
     byte_t code;
     if (isinf(a)) {
         code = 0xff;  // overflow below
@@ -172,7 +160,7 @@ EP_HD double decode_e8m0(byte_t c) {
     return ldexp(1.0, (int)c - 127);
 }
 
-// numerics' to_e8m0: mode 0 up (away from zero), 1 down, 2 nearest (ties up)
+// formats.to_e8m0: mode 0 up (away from zero), 1 down, 2 nearest (ties up)
 EP_HD byte_t encode_e8m0(double x, bool saturate, int mode) {
     if (isnan(x)) return 0xff;
     double a = fabs(x);

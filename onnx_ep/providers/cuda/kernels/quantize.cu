@@ -2,11 +2,10 @@
 // arithmetic, element for element:
 // - quantize: q = x / scale as one IEEE division in float32 (float64 for float64 x), NaN as
 //   x86 gives it (ep_float.cuh's fix_nan2); integer outputs: rint (half to even), + zero
-//   point in float64, clamp to the type's range, NaN -> 0 (x86's cvtt low bits); float8
-//   outputs: clamp to +-max when saturating, then round (float64 q goes through float32
-//   first, as ml_dtypes does); float4e2m1: q + zero point in the compute type, then round;
-// - dequantize: (x - zero point) * scale in float64, rounded once to the output type
-//   (bfloat16 through float32, as ml_dtypes casts float64);
+//   point in float64, clamp to the type's range, NaN -> 0; float8 outputs: clamp to +-max
+//   when saturating, then round once (ep_lowfloat.cuh); float4e2m1: q + zero point in the
+//   compute type, then round once;
+// - dequantize: (x - zero point) * scale in float64, rounded once to the output type;
 // - dynamic quantize: uint8 range from min(0, x) .. max(0, x) in float32, the spec's formula.
 // Scale and zero point are per tensor (mode 0), per axis (1) or blocked (2): element i of x,
 // i = (o * D + a) * inner + k, reads parameter 0, a, or (o * nb + a / block) * inner + k.
@@ -97,12 +96,6 @@ template <class Y> __device__ __forceinline__ Y store_int(double r) {
     else return (Y)v;
 }
 
-// a float32 or float64 value as ml_dtypes rounds it to a narrow format (float64 through
-// float32, rounded to nearest even)
-template <class C> __device__ __forceinline__ double narrow_source(C q) {
-    if constexpr (sizeof(C) == 8) return isnan(q) ? q : lowfloat::round_float32(q);
-    else return to_f64(q);
-}
 
 template <class X, class Y>
 __device__ __forceinline__ void quantize_kernel(const X* x, const void* s, int scode, const Y* zp,
@@ -128,7 +121,7 @@ __device__ __forceinline__ void quantize_kernel(const X* x, const void* s, int s
                 q = q < -mx ? -mx : q > mx ? mx : q;  // NaN stays
             }
             Y out;
-            out.b = lowfloat::encode(Low<Y>::f(), narrow_source(q), false);
+            out.b = lowfloat::encode(Low<Y>::f(), to_f64(q), false);
             y[i] = out;
         } else {  // float4e2m1: the zero point is added in the compute type
             if (zp != nullptr) {
@@ -136,7 +129,7 @@ __device__ __forceinline__ void quantize_kernel(const X* x, const void* s, int s
                 q = fix_nan2(q + z, q, z);
             }
             Y out;
-            out.b = lowfloat::encode(Low<Y>::f(), narrow_source(q), false);
+            out.b = lowfloat::encode(Low<Y>::f(), to_f64(q), false);
             y[i] = out;
         }
     }
@@ -149,10 +142,6 @@ template <class X> __device__ __forceinline__ double dq_value(X x) {
     else return (double)x;
 }
 
-template <class Y> __device__ __forceinline__ Y round_out(double d) {
-    if constexpr (Same<Y, bf16>::v) return round_from32<bf16>(round_from64<float>(d));
-    else return round_from64<Y>(d);
-}
 
 template <class X, class Y>
 __device__ __forceinline__ void dequantize_kernel(const X* x, const void* s, int scode, const X* zp,
@@ -165,7 +154,7 @@ __device__ __forceinline__ void dequantize_kernel(const X* x, const void* s, int
             d = fix_nan2(d - z, d, z);
         }
         double sv = scale64(s, scode, j);
-        y[i] = round_out<Y>(fix_nan2(d * sv, d, sv));
+        y[i] = round_from64<Y>(fix_nan2(d * sv, d, sv));
     }
 }
 
