@@ -22,6 +22,8 @@ from onnx_ep.providers.cpu_reference.elementwise import (
     SIGNED,
     check_dtype,
 )
+from onnx_ep.providers.cpu_reference.formats import source_value
+from onnx_ep.providers.cpu_reference.lowfloat import round_to
 from onnx_ep.providers.cpu_reference.numerics import erfc, is_float, round_from_float64
 
 
@@ -59,7 +61,7 @@ class Activation(CpuKernel):
         attrs = {**self.defaults, **ctx.node.attrs}
         with np.errstate(all="ignore"):
             if is_float(x.dtype) and not (self.selects and x.dtype.kind == "f"):
-                return round_from_float64(self.fn(x.astype(np.float64), attrs), x.dtype)
+                return round_from_float64(self.fn(source_value(x), attrs), x.dtype)
             return np.asarray(self.fn(x, attrs), dtype=x.dtype)
 
 
@@ -134,7 +136,7 @@ class PRelu(CpuKernel):
             raise self.fail(ctx, f"slope shape {slope.shape} must broadcast to X shape "
                                  f"{x.shape} without growing it")
         if is_float(x.dtype):
-            x64, s64 = x.astype(np.float64), slope.astype(np.float64)
+            x64, s64 = source_value(x), source_value(slope)
             return round_from_float64(np.where(x64 < 0, x64 * s64, x64), x.dtype)
         return np.asarray(np.where(x < 0, x * slope, x), dtype=x.dtype)
 
@@ -157,7 +159,7 @@ class Clip(CpuKernel):
         dtype = x.dtype
         if is_float(dtype):
             # bounds are rounded to the input dtype first, as a typed input would be
-            y = x.astype(np.float64)
+            y = source_value(x)
             if lo is not None:
                 y = np.maximum(y, _as(lo, dtype))
             if hi is not None:
@@ -172,7 +174,7 @@ class Clip(CpuKernel):
 
 
 def _as(bound: np.ndarray, dtype: np.dtype) -> np.float64:
-    return np.asarray(bound).reshape(()).astype(dtype).astype(np.float64)
+    return source_value(round_to(np.asarray(bound).reshape(()), dtype))
 
 
 KERNELS: list[CpuKernel] = [*_TABLE, PRelu("PRelu", since=1), Clip("Clip", since=1)]

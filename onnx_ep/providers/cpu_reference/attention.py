@@ -29,6 +29,7 @@ from onnx_ep.core.kernel import (
 )
 from onnx_ep.providers.cpu_reference.dot import matmul
 from onnx_ep.providers.cpu_reference.base import CpuKernel
+from onnx_ep.providers.cpu_reference.lowfloat import round_to, upcast
 
 _DOUBLE = onnx.TensorProto.DOUBLE
 _FLOAT16 = onnx.TensorProto.FLOAT16
@@ -96,7 +97,7 @@ def _bias(mask: np.ndarray | None, *, is_causal: bool, past_len: int | None,
             fill = False if mask.dtype == np.bool_ else -np.inf
             mask = np.pad(mask, [(0, 0)] * (mask.ndim - 1) + [(0, pad)], constant_values=fill)
         mask = (np.where(mask, zero, neg_inf) if mask.dtype == np.bool_
-                else mask.astype(dt))
+                else upcast(mask).astype(dt))
     windowed = left >= 0 or right >= 0
     offset: Any = (nonpad.reshape(-1) - q_len if past_len is None and nonpad is not None
                    else (past_len or 0))
@@ -183,10 +184,10 @@ class Attention(CpuKernel):
 
         scale = node.attr("scale")
         scale = 1.0 / np.sqrt(head) if scale is None else scale
-        root = q.dtype.type(np.sqrt(scale))
+        root = round_to(np.sqrt(scale), q.dtype)
         # Grouped-query attention: q head h reads kv head h // rep, done by broadcasting.
-        qs = (q * root).astype(dt).reshape(batch, hkv, rep, q_len, head)
-        ks = (k * root).astype(dt).swapaxes(2, 3).reshape(batch, hkv, 1, head, kv_len)
+        qs = upcast(q * root).astype(dt).reshape(batch, hkv, rep, q_len, head)
+        ks = upcast(k * root).astype(dt).swapaxes(2, 3).reshape(batch, hkv, 1, head, kv_len)
         if workspace is not None:
             scores = workspace.array(dt, spec.shape)
         else:
@@ -225,13 +226,14 @@ class Attention(CpuKernel):
         if mode == 3:
             qk_out = scores.copy()
 
-        probs = scores.astype(q.dtype).astype(dt).reshape(batch, hkv, rep, q_len, kv_len)
-        vs = v.astype(dt).reshape(batch, hkv, 1, kv_len, v.shape[3])
+        probs = upcast(round_to(scores, q.dtype)).astype(dt)
+        probs = probs.reshape(batch, hkv, rep, q_len, kv_len)
+        vs = upcast(v).astype(dt).reshape(batch, hkv, 1, kv_len, v.shape[3])
         y = _matmul_into(probs, vs, np.empty(probs.shape[:-1] + vs.shape[-1:], dt))
-        y = y.reshape(batch, hq, q_len, v.shape[3]).astype(q.dtype)
+        y = round_to(y.reshape(batch, hq, q_len, v.shape[3]), q.dtype)
         if three_d:
             y = y.transpose(0, 2, 1, 3).reshape(batch, q_len, hq * v.shape[3])
-        out_qk = None if qk_out is None else qk_out.astype(q.dtype)
+        out_qk = None if qk_out is None else round_to(qk_out, q.dtype)
         return [y, present_k, present_v, out_qk]
 
 

@@ -146,7 +146,7 @@ class Conv(CpuKernel):
             _zero_border(padded, g.pads_begin, x.shape[2:])
             inner = (slice(None), slice(None)) + tuple(
                 slice(p, p + s) for p, s in zip(g.pads_begin, x.shape[2:]))
-            padded[inner] = x
+            padded[inner] = upcast(x)  # decoded by the ONNX rules, not an implicit cast
         n, c = x.shape[:2]
         nd = len(g.kernel)
         # (N, C, *out, *kernel) -> (N, group, C/group, *kernel, *out), copied into cols

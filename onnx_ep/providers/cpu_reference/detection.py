@@ -17,6 +17,8 @@ import numpy as np
 
 from onnx_ep.core.kernel import ExecutionContext, Parity
 from onnx_ep.providers.cpu_reference.base import CpuKernel
+from onnx_ep.providers.cpu_reference.formats import source_value
+from onnx_ep.providers.cpu_reference.lowfloat import round_to, upcast
 
 
 def _scalar(v: Any, default: float) -> float:
@@ -51,10 +53,10 @@ class NonMaxSuppression(CpuKernel):
         cdt = np.float64 if boxes.dtype == np.float64 else np.float32
         selected: list[tuple[int, int, int]] = []
         for b in range(boxes.shape[0]):
-            x0, y0, x1, y1 = _corners(boxes[b].astype(cdt), center)
+            x0, y0, x1, y1 = _corners(upcast(boxes[b]).astype(cdt), center)
             area = (x1 - x0) * (y1 - y0)
             for c in range(scores.shape[1]):
-                s = scores[b, c].astype(cdt)
+                s = upcast(scores[b, c]).astype(cdt)
                 order = np.argsort(-s, kind="stable")   # score desc, index asc on ties
                 if has_score_thr:
                     order = order[s[order] > score_threshold]
@@ -114,10 +116,10 @@ class RoiAlign(CpuKernel):
         if ((bidx < 0) | (bidx >= x.shape[0])).any():
             raise self.fail(ctx, f"batch_indices must lie in [0, {x.shape[0]})")
         height, width = x.shape[2:]
-        xf = x.astype(np.float64)
+        xf = source_value(x)
         out = np.zeros((rois.shape[0], x.shape[1], ph_n, pw_n))
         offset = 0.5 if half_pixel else 0.0
-        for r, roi in enumerate(rois.astype(np.float64)):
+        for r, roi in enumerate(source_value(rois)):
             sw, sh, ew, eh = roi * scale - offset
             rw, rh = ew - sw, eh - sh
             if not half_pixel:
@@ -139,7 +141,7 @@ class RoiAlign(CpuKernel):
                 out[r] = sum(terms).sum(axis=(2, 4)) / max(gh * gw, 1)
             else:
                 out[r] = np.maximum.reduce(terms).max(axis=(2, 4))
-        return out.astype(x.dtype)
+        return round_to(out, x.dtype)
 
 
 KERNELS: list[CpuKernel] = [

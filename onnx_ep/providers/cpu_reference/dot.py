@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from onnx_ep.providers.cpu_reference.formats import source_value
 from onnx_ep.providers.cpu_reference.lowfloat import round_to
 
 
@@ -27,7 +28,7 @@ def wide(a: np.ndarray) -> np.ndarray:
     """``a`` as float64 when it is any float type; integers and float64 unchanged."""
     if a.dtype == np.float64 or a.dtype.kind in "iub":
         return a
-    return a.astype(np.float64)
+    return source_value(a)
 
 
 def _is_gemv(a: np.ndarray, b: np.ndarray) -> bool:

@@ -18,6 +18,8 @@ import numpy as np
 
 from onnx_ep.core.kernel import ExecutionContext, NodeMeta, Parity, WorkspaceRequirement
 from onnx_ep.providers.cpu_reference.base import CpuKernel, FnKernel
+from onnx_ep.providers.cpu_reference.formats import source_value
+from onnx_ep.providers.cpu_reference.lowfloat import round_to, upcast
 from onnx_ep.providers.cpu_reference.numerics import (
     ML_FLOATS,
     erf,
@@ -84,7 +86,7 @@ class Unary(CpuKernel):
         # no np.errstate here: the executor runs every step under errstate(all="ignore")
         check_dtype(self, ctx, self.accepts, x)
         if is_float(x.dtype) and (self.transcendental or x.dtype in ML_FLOATS):
-            y = self.fn(x.astype(np.float64))
+            y = self.fn(source_value(x))
             if self.out_bool:
                 return np.asarray(y, dtype=np.bool_)
             return round_from_float64(y, x.dtype)
@@ -95,7 +97,7 @@ class Unary(CpuKernel):
 class IsInf(CpuKernel):
     def run(self, ctx: ExecutionContext, x: np.ndarray) -> np.ndarray:
         check_dtype(self, ctx, FLOAT, x)
-        x = x.astype(np.float64) if x.dtype in ML_FLOATS else x
+        x = source_value(x) if x.dtype in ML_FLOATS else x
         pos = bool(ctx.node.attr("detect_positive", 1))
         neg = bool(ctx.node.attr("detect_negative", 1))
         return np.asarray(np.isinf(x) & ((x > 0) & pos | (x < 0) & neg))
@@ -242,7 +244,7 @@ class Binary(CpuKernel):
         dtype = a.dtype
         if dtype in ML_FLOATS:
             # exact for + - * / and comparisons: float64 holds > 2p+2 bits of any of them
-            a, b = a.astype(np.float64), b.astype(np.float64)
+            a, b = source_value(a), source_value(b)
         y = self.fn(ctx, a, b)          # under the executor's errstate(all="ignore")
         if self.out_bool:
             return np.asarray(y, dtype=np.bool_)
@@ -283,7 +285,8 @@ class Pow(CpuKernel):
             raise self.fail(ctx, f"cannot broadcast shapes {x.shape} and {y.shape}: {exc}")
         with np.errstate(all="ignore"):
             if is_float(x.dtype):
-                z = np.power(x.astype(np.float64), y.astype(np.float64))
+                # upcast, not source_value: an int64 exponent converts as it always did
+                z = np.power(source_value(x), upcast(y).astype(np.float64))
                 return np.broadcast_to(round_from_float64(z, x.dtype), shape).copy()
             if is_int(y.dtype):
                 # integer powers stay integer (float64 would lose int64 precision)
@@ -293,7 +296,7 @@ class Pow(CpuKernel):
                     neg = np.trunc(np.power(xi.astype(np.float64), yi.astype(np.float64)))
                     z = np.where(yi < 0, np.nan_to_num(neg).astype(np.int64), z)
             else:
-                z = np.trunc(np.power(x.astype(np.float64), y.astype(np.float64)))
+                z = np.trunc(np.power(x.astype(np.float64), source_value(y)))
         return np.asarray(np.broadcast_to(z, shape).astype(x.dtype))
 
 
@@ -348,14 +351,13 @@ class Variadic(CpuKernel):
                  acc: np.ndarray, x: np.ndarray) -> np.ndarray:
             # every step rounds to the input dtype, like a chain of binary nodes
             if dtype in ML_FLOATS:
-                return round_from_float64(fn(acc.astype(np.float64), x.astype(np.float64)),
-                                          dtype)
+                return round_from_float64(fn(source_value(acc), source_value(x)), dtype)
             return np.asarray(fn(acc, x), dtype=dtype)
 
         with np.errstate(all="ignore"):
             y = reduce(lambda acc, x: step(self.fn, acc, x), arrays[1:], arrays[0])
             if self.mean:
-                y = step(np.divide, y, np.asarray(len(arrays), dtype=dtype))
+                y = step(np.divide, y, round_to(len(arrays), dtype))
         return np.broadcast_to(y, shape).copy()
 
 

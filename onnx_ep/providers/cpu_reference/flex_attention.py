@@ -40,6 +40,7 @@ from onnx_ep.core.kernel import (
     WorkspaceView,
 )
 from onnx_ep.providers.cpu_reference.base import CpuKernel
+from onnx_ep.providers.cpu_reference.lowfloat import round_to, upcast
 
 DOMAIN = "ai.onnx.preview"
 
@@ -159,9 +160,10 @@ class FlexAttention(CpuKernel):
         scale = 1.0 / np.sqrt(head) if scale is None else float(scale)
         acc = _accumulator(q.dtype)
         # the products of two narrow floats are exact in float32: one rounding, as in T1
-        root = acc.type(q.dtype.type(np.sqrt(scale)))
-        qs = (q.astype(acc) * root).astype(q.dtype).astype(acc)
-        ks = (k.astype(acc) * root).astype(q.dtype).astype(acc)
+        # (upcast gives the accumulator dtype: float64 for float64, float32 otherwise)
+        root = upcast(round_to(np.sqrt(scale), q.dtype)).astype(acc)
+        qs = upcast(round_to(upcast(q) * root, q.dtype))
+        ks = upcast(round_to(upcast(k) * root, q.dtype))
         # Grouped-query attention: q head h reads kv head h // rep, done by broadcasting.
         qs = qs.reshape(batch, hkv, rep, q_len, head)
         ks = ks.swapaxes(2, 3).reshape(batch, hkv, 1, head, kv_len)
@@ -175,7 +177,8 @@ class FlexAttention(CpuKernel):
             np.matmul(qs, ks, out=scores.reshape(grouped))
         else:
             # Q @ K^T is a T1 value: round to the input dtype, then to the softmax dtype
-            scores[...] = np.matmul(qs, ks).astype(q.dtype).reshape(spec.shape)
+            t1 = upcast(round_to(np.matmul(qs, ks), q.dtype))
+            scores[...] = round_to(t1, ct).reshape(spec.shape)
 
         modded = self._modify(ctx, "score_mod", scores)
         if modded is not scores:
@@ -184,9 +187,10 @@ class FlexAttention(CpuKernel):
         probs = self._modify(ctx, "prob_mod", scores)
 
         pacc = _accumulator(ct)
-        y = np.matmul(probs.astype(pacc).reshape(grouped),
-                      v.astype(ct).astype(pacc).reshape(batch, hkv, 1, kv_len, v.shape[3]))
-        return y.astype(ct).astype(v.dtype).reshape(batch, hq, q_len, v.shape[3])
+        vs = upcast(round_to(upcast(v), ct))
+        y = np.matmul(upcast(probs).astype(pacc).reshape(grouped),
+                      vs.astype(pacc).reshape(batch, hkv, 1, kv_len, v.shape[3]))
+        return round_to(upcast(round_to(y, ct)), v.dtype).reshape(batch, hq, q_len, v.shape[3])
 
     @staticmethod
     def _softmax(scores: np.ndarray) -> None:
@@ -194,14 +198,14 @@ class FlexAttention(CpuKernel):
         if scores.shape[-1] == 0:
             return
         wide = scores.dtype in (_F32, _F64)
-        x = scores if wide else scores.astype(_F32)
+        x = scores if wide else upcast(scores)
         # an all -inf row gives -inf - -inf = NaN, as Softmax does
         with np.errstate(invalid="ignore"):
             np.subtract(x, x.max(axis=-1, keepdims=True), out=x)
         np.exp(x, out=x)
         np.divide(x, x.sum(axis=-1, keepdims=True), out=x)
         if not wide:
-            scores[...] = x.astype(scores.dtype)
+            scores[...] = round_to(x, scores.dtype)
 
 
 KERNELS: list[CpuKernel] = [

@@ -16,7 +16,7 @@ import numpy as np
 
 from onnx_ep.core.kernel import ExecutionContext
 from onnx_ep.providers.cpu_reference.base import CpuKernel, normalize_axis
-from onnx_ep.providers.cpu_reference.lowfloat import is_float
+from onnx_ep.providers.cpu_reference.lowfloat import is_float, round_to, upcast
 
 
 def checked_index(ctx: ExecutionContext, idx: np.ndarray, dim: int, what: str) -> np.ndarray:
@@ -64,10 +64,10 @@ def _scatter(ctx: ExecutionContext, data: np.ndarray, index: tuple[Any, ...],
         return out
     narrow = is_float(data.dtype) and data.dtype.kind != "f"
     # ml_dtypes floats have no ufunc.at loops: reduce in float32, round at the end.
-    out = data.astype(np.float32) if narrow else data.copy()
-    upd = updates.astype(np.float32) if narrow else updates
+    out = upcast(data) if narrow else data.copy()   # upcast of a narrow float is a new array
+    upd = upcast(updates) if narrow else updates
     _REDUCE[reduction].at(out, index, upd)
-    return out.astype(data.dtype) if narrow else out
+    return round_to(out, data.dtype) if narrow else out
 
 
 class Gather(CpuKernel):

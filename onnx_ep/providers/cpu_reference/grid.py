@@ -14,6 +14,7 @@ import numpy as np
 
 from onnx_ep.core.kernel import ExecutionContext, Parity
 from onnx_ep.providers.cpu_reference.base import CpuKernel
+from onnx_ep.providers.cpu_reference.formats import source_value
 from onnx_ep.providers.cpu_reference.lowfloat import round_to, upcast
 from onnx_ep.providers.cpu_reference.shape import int_list
 
@@ -67,7 +68,7 @@ class GridSample(CpuKernel):
             raise self.fail(ctx, f"grid shape {grid.shape} must be (N, *out, {nd}) for "
                                  f"input shape {x.shape}")
         # Grid components are (x, y[, z]) = innermost dim first; reverse to dim order.
-        g = grid.astype(np.float64)[..., ::-1]
+        g = source_value(grid)[..., ::-1]
         coords = []
         for i, d in enumerate(dims):
             c = (g[..., i] + 1) / 2 * (d - 1) if align else ((g[..., i] + 1) * d - 1) / 2
@@ -132,7 +133,7 @@ class AffineGrid(CpuKernel):
         # Homogeneous base grid (x, y[, z], 1) with x running over the innermost dim.
         mesh = np.meshgrid(*axes, indexing="ij")
         base = np.stack([*mesh[::-1], np.ones(spatial)], axis=-1).reshape(-1, nd + 1)
-        out = np.einsum("nij,pj->npi", theta.astype(np.float64), base)
+        out = np.einsum("nij,pj->npi", source_value(theta), base)
         return round_to(out.reshape([shape[0], *spatial, nd]), theta.dtype)
 
 

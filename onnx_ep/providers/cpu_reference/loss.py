@@ -13,6 +13,8 @@ import numpy as np
 
 from onnx_ep.core.kernel import ExecutionContext, Parity
 from onnx_ep.providers.cpu_reference.base import CpuKernel
+from onnx_ep.providers.cpu_reference.formats import source_value
+from onnx_ep.providers.cpu_reference.lowfloat import round_to
 
 _REDUCTIONS = ("none", "sum", "mean")
 
@@ -38,14 +40,14 @@ def _nll(kernel: CpuKernel, ctx: ExecutionContext, logp: np.ndarray, target: np.
     picked = np.take_along_axis(logp, safe[:, None], axis=1)[:, 0]
     w = valid.astype(np.float64)
     if weight is not None:
-        w = w * np.asarray(weight, dtype=np.float64)[safe]
+        w = w * source_value(weight)[safe]
     loss = -picked * w
     if reduction == "none":
-        return loss.astype(out_dtype)
+        return round_to(loss, out_dtype)
     if reduction == "sum":
-        return np.asarray(loss.sum()).astype(out_dtype)
+        return round_to(loss.sum(), out_dtype)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.asarray(loss.sum() / w.sum()).astype(out_dtype)
+        return round_to(loss.sum() / w.sum(), out_dtype)
 
 
 class NegativeLogLikelihoodLoss(CpuKernel):
@@ -53,7 +55,7 @@ class NegativeLogLikelihoodLoss(CpuKernel):
 
     def run(self, ctx: ExecutionContext, x: np.ndarray, target: np.ndarray,
             weight: np.ndarray | None = None) -> np.ndarray:
-        return _nll(self, ctx, x.astype(np.float64), target, weight, x.dtype)
+        return _nll(self, ctx, source_value(x), target, weight, x.dtype)
 
 
 class SoftmaxCrossEntropyLoss(CpuKernel):
@@ -61,12 +63,12 @@ class SoftmaxCrossEntropyLoss(CpuKernel):
 
     def run(self, ctx: ExecutionContext, scores: np.ndarray, labels: np.ndarray,
             weights: np.ndarray | None = None) -> Any:
-        x = scores.astype(np.float64)
+        x = source_value(scores)
         shifted = x - x.max(axis=1, keepdims=True)
         logp = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
         loss = _nll(self, ctx, logp, labels, weights, scores.dtype)
         if len(ctx.node.output_names) > 1:
-            return loss, logp.astype(scores.dtype)
+            return loss, round_to(logp, scores.dtype)
         return loss
 
 

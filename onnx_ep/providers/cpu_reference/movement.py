@@ -13,6 +13,7 @@ import numpy as np
 
 from onnx_ep.core.kernel import ExecutionContext
 from onnx_ep.providers.cpu_reference.base import CpuKernel, normalize_axis
+from onnx_ep.providers.cpu_reference.lowfloat import round_to
 from onnx_ep.providers.cpu_reference.shape import axes_arg, int_list, normalize_axes
 
 
@@ -177,7 +178,8 @@ class Pad(CpuKernel):
             width[a] = (max(b, 0), max(e, 0))
         x = data[tuple(crop)]
         if mode == "constant":
-            return np.pad(x, width, mode="constant", constant_values=value).astype(data.dtype)
+            # round the pad value ourselves: np.pad would convert it with ml_dtypes' cast
+            return np.pad(x, width, mode="constant", constant_values=round_to(value, data.dtype))
         for a, (b, e) in enumerate(width):
             if (b or e) and x.shape[a] == 0:
                 raise self.fail(ctx, f"mode {mode!r} cannot pad axis {a}, which is empty")

@@ -18,7 +18,8 @@ import numpy as np
 from onnx_ep.core.dtypes import np_dtype
 from onnx_ep.core.kernel import ExecutionContext, Parity
 from onnx_ep.providers.cpu_reference.base import CpuKernel, normalize_axis
-from onnx_ep.providers.cpu_reference.lowfloat import float_compute, round_to
+from onnx_ep.providers.cpu_reference.formats import source_value
+from onnx_ep.providers.cpu_reference.lowfloat import float_compute, round_to, upcast
 
 #: float64 transcendental math rounded once; reductions reorder additions.
 SOFTMAX_PARITY = Parity.tolerance(rtol=1e-6, atol=1e-7)
@@ -34,7 +35,7 @@ def _softmax_view(ctx: ExecutionContext, x: np.ndarray) -> tuple[np.ndarray, int
     Before opset 13 the op flattens ``x`` to 2-D at ``axis`` (default 1) and
     normalizes each row; from 13 on it normalizes along the single ``axis`` (default -1).
     """
-    x64 = np.asarray(x).astype(np.float64)
+    x64 = source_value(x)
     if ctx.node.opset < 13:
         axis = normalize_axis(ctx, ctx.node.attr("axis", 1), max(x.ndim, 1))
         rows = int(np.prod(x.shape[:axis], dtype=np.int64))
@@ -102,14 +103,14 @@ class LayerNormalization(CpuKernel):
         axes = _trailing_axes(ctx, x)
         eps = ctx.node.attr("epsilon", 1e-5)
         dt = _stash_dtype(ctx, x)
-        v = x.astype(dt)
+        v = upcast(x).astype(dt)
         mean = np.mean(v, axis=axes, keepdims=True)
         diff = v - mean
         var = np.mean(diff * diff, axis=axes, keepdims=True)
         inv_std = (1.0 / np.sqrt(var + dt.type(eps))).astype(dt)
-        y = diff * inv_std * scale.astype(dt)
+        y = diff * inv_std * upcast(scale).astype(dt)
         if bias is not None:
-            y = y + bias.astype(dt)
+            y = y + upcast(bias).astype(dt)
         return round_to(y, x.dtype), round_to(mean, dt), round_to(inv_std, dt)
 
 
@@ -122,9 +123,9 @@ class RMSNormalization(CpuKernel):
         axes = _trailing_axes(ctx, x)
         eps = ctx.node.attr("epsilon", 1e-5)
         dt = _stash_dtype(ctx, x)
-        v = x.astype(dt)
+        v = upcast(x).astype(dt)
         ms = np.mean(v * v, axis=axes, keepdims=True)
-        y = v * (1.0 / np.sqrt(ms + dt.type(eps))).astype(dt) * scale.astype(dt)
+        y = v * (1.0 / np.sqrt(ms + dt.type(eps))).astype(dt) * upcast(scale).astype(dt)
         return round_to(y, x.dtype)
 
 
@@ -157,19 +158,19 @@ class BatchNormalization(CpuKernel):
             use_mean = np.mean(v, axis=axes)
             use_var = np.mean((v - use_mean.reshape(cs)) ** 2, axis=axes)
         else:
-            use_mean, use_var = mean.astype(dt), var.astype(dt)
+            use_mean, use_var = upcast(mean).astype(dt), upcast(var).astype(dt)
         # per channel: gain = scale / sqrt(var + eps) in float64, rounded once to dt; then
         # three in-place passes (x - mean) * gain + bias over X instead of five
-        gain = (scale.astype(np.float64) / np.sqrt(use_var.astype(np.float64) + eps)).astype(dt)
+        gain = (source_value(scale) / np.sqrt(use_var.astype(np.float64) + eps)).astype(dt)
         y = np.subtract(v, use_mean.reshape(cs))
         y *= gain.reshape(cs)
-        y += bias.astype(dt).reshape(cs)
+        y += upcast(bias).astype(dt).reshape(cs)
         y = round_to(y, x.dtype)
         if not training:
             return y if n_out == 1 else (y,) + (None,) * (n_out - 1)
         mom = dt.type(ctx.node.attr("momentum", 0.9))
-        run_mean = mean.astype(dt) * mom + use_mean * (1 - mom)
-        run_var = var.astype(dt) * mom + use_var * (1 - mom)
+        run_mean = upcast(mean).astype(dt) * mom + use_mean * (1 - mom)
+        run_var = upcast(var).astype(dt) * mom + use_var * (1 - mom)
         outs = (y, round_to(run_mean, mean.dtype), round_to(run_var, var.dtype))
         return outs[:n_out]
 
@@ -190,8 +191,8 @@ class InstanceNormalization(CpuKernel):
         mean = np.mean(v, axis=axes, keepdims=True)
         var = np.mean((v - mean) ** 2, axis=axes, keepdims=True)
         cs = _channel_shape(x)
-        y = ((v - mean) / np.sqrt(var + dt.type(eps)) * scale.astype(dt).reshape(cs)
-             + bias.astype(dt).reshape(cs))
+        y = ((v - mean) / np.sqrt(var + dt.type(eps)) * upcast(scale).astype(dt).reshape(cs)
+             + upcast(bias).astype(dt).reshape(cs))
         return round_to(y, x.dtype)
 
 
@@ -210,7 +211,7 @@ class GroupNormalization(CpuKernel):
         eps = ctx.node.attr("epsilon", 1e-5)
         dt = _stash_dtype(ctx, x)
         n, c = x.shape[:2]
-        g = x.astype(dt).reshape(n, groups, -1)
+        g = upcast(x).astype(dt).reshape(n, groups, -1)
         mean = np.mean(g, axis=2, keepdims=True)
         var = np.mean((g - mean) ** 2, axis=2, keepdims=True)
         normed = ((g - mean) / np.sqrt(var + dt.type(eps))).reshape(x.shape)
@@ -222,7 +223,7 @@ class GroupNormalization(CpuKernel):
             scale = np.repeat(scale, c // groups)
             bias = np.repeat(bias, c // groups)
         cs = _channel_shape(x)
-        y = normed * scale.astype(dt).reshape(cs) + bias.astype(dt).reshape(cs)
+        y = normed * upcast(scale).astype(dt).reshape(cs) + upcast(bias).astype(dt).reshape(cs)
         return round_to(y, x.dtype)
 
 
@@ -275,7 +276,7 @@ class LRN(CpuKernel):
         alpha = ctx.node.attr("alpha", 1e-4)
         beta = ctx.node.attr("beta", 0.75)
         bias = ctx.node.attr("bias", 1.0)
-        v = x.astype(np.float64)
+        v = source_value(x)
         lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
         pad = [(0, 0)] * x.ndim
         pad[1] = (lo, hi)

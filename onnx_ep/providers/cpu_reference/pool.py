@@ -15,6 +15,7 @@ import numpy as np
 
 from onnx_ep.core.kernel import ExecutionContext, Parity
 from onnx_ep.providers.cpu_reference.base import CpuKernel
+from onnx_ep.providers.cpu_reference.formats import source_value
 from onnx_ep.providers.cpu_reference.lowfloat import round_to, upcast
 from onnx_ep.providers.cpu_reference.windows import (
     WindowGeometry,
@@ -133,7 +134,7 @@ class LpPool(CpuKernel):
     def run(self, ctx: ExecutionContext, x: np.ndarray) -> np.ndarray:
         g = _geometry(self, ctx, x)
         p = float(ctx.node.attr("p", 2))
-        powed = np.abs(x.astype(np.float64)) ** p
+        powed = np.abs(source_value(x)) ** p
         total = _window_sums(pad_input(powed, g), g)
         return round_to(total ** (1.0 / p), x.dtype)
 
@@ -155,7 +156,7 @@ class GlobalPool(CpuKernel):
         if self.kind == "avg":
             return round_to(np.mean(upcast(x), axis=axes, keepdims=True), x.dtype)
         p = float(ctx.node.attr("p", 2))
-        s = np.sum(np.abs(x.astype(np.float64)) ** p, axis=axes, keepdims=True)
+        s = np.sum(np.abs(source_value(x)) ** p, axis=axes, keepdims=True)
         return round_to(s ** (1.0 / p), x.dtype)
 
 

@@ -16,6 +16,8 @@ import numpy as np
 from onnx_ep.core.dtypes import np_dtype
 from onnx_ep.core.kernel import ExecutionContext
 from onnx_ep.providers.cpu_reference.base import CpuKernel
+from onnx_ep.providers.cpu_reference.formats import source_value
+from onnx_ep.providers.cpu_reference.lowfloat import round_to
 
 _FLOAT = 1
 
@@ -53,7 +55,7 @@ class RandomUniform(CpuKernel):
         like = inputs[0] if self.like else None
         lo, hi = float(ctx.node.attr("low", 0.0)), float(ctx.node.attr("high", 1.0))
         u = _rng(ctx).random(_shape(ctx, like))
-        return np.asarray(lo + (hi - lo) * u).astype(_out_dtype(ctx, like))
+        return round_to(lo + (hi - lo) * u, _out_dtype(ctx, like))
 
 
 class RandomNormal(CpuKernel):
@@ -65,15 +67,15 @@ class RandomNormal(CpuKernel):
         like = inputs[0] if self.like else None
         mean, scale = float(ctx.node.attr("mean", 0.0)), float(ctx.node.attr("scale", 1.0))
         z = _rng(ctx).normal(mean, scale, _shape(ctx, like))
-        return np.asarray(z).astype(_out_dtype(ctx, like))
+        return round_to(z, _out_dtype(ctx, like))
 
 
 class Bernoulli(CpuKernel):
     def run(self, ctx: ExecutionContext, p: np.ndarray) -> np.ndarray:
-        pf = np.asarray(p, dtype=np.float64)
+        pf = source_value(p)
         if ((pf < 0) | (pf > 1)).any():
             raise self.fail(ctx, "probabilities must lie in [0, 1]")
-        return (_rng(ctx).random(pf.shape) < pf).astype(_out_dtype(ctx, p))
+        return round_to(_rng(ctx).random(pf.shape) < pf, _out_dtype(ctx, p))
 
 
 KERNELS: list[CpuKernel] = [

@@ -28,6 +28,7 @@ import onnx
 from onnx_ep.core.dtypes import np_dtype
 from onnx_ep.core.kernel import ExecutionContext, Parity
 from onnx_ep.providers.cpu_reference.base import CpuKernel, normalize_axis
+from onnx_ep.providers.cpu_reference.formats import source_value
 from onnx_ep.providers.cpu_reference.lowfloat import compute_dtype, round_to, upcast
 from onnx_ep.providers.cpu_reference.numerics import is_float, round_from_float64
 from onnx_ep.providers.cpu_reference.windows import window_geometry
@@ -151,7 +152,7 @@ class SwiGLU(CpuKernel):
             raise self.fail(ctx, f"A {a.shape} and B {b.shape} must have the same shape "
                                  f"(SwiGLU does not broadcast)")
         alpha = float(ctx.node.attr("alpha", 1.0))
-        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        a64, b64 = source_value(a), source_value(b)
         with np.errstate(all="ignore"):
             y = a64 * _sigmoid(alpha * a64) * b64
         return round_from_float64(y, dtype)
@@ -248,13 +249,13 @@ class DeformConv(CpuKernel):
         oidx = np.indices(g.out).reshape(nd, op)
         base = np.stack([-g.pads_begin[d] + g.strides[d] * oidx[d][None, :]
                          + g.dilations[d] * kidx[d][:, None] for d in range(nd)], axis=1)
-        pos = offset.astype(np.float64).reshape(n, ogroups, kp, nd, op) + base
+        pos = source_value(offset).reshape(n, ogroups, kp, nd, op) + base
         lo = np.floor(pos)
         frac = pos - lo
         lo = lo.astype(np.int64)
 
         cpg = c // ogroups
-        data = x.astype(np.float64).reshape(n, ogroups, cpg, -1)
+        data = source_value(x).reshape(n, ogroups, cpg, -1)
         cols = np.zeros((n, ogroups, cpg, kp * op))
         strides = np.cumprod((1,) + spatial[::-1])[:nd][::-1]
         for corner in itertools.product((0, 1), repeat=nd):
@@ -270,7 +271,7 @@ class DeformConv(CpuKernel):
             vals = np.take_along_axis(data, flat.reshape(n, ogroups, 1, kp * op), axis=3)
             cols += vals * np.where(valid, weight, 0.0).reshape(n, ogroups, 1, kp * op)
         if mask is not None:
-            cols *= mask.astype(np.float64).reshape(n, ogroups, 1, kp * op)
+            cols *= source_value(mask).reshape(n, ogroups, 1, kp * op)
 
         cdt = compute_dtype(dtype)
         cols = cols.astype(cdt).reshape(n, groups, (c // groups) * kp, op)
@@ -288,7 +289,7 @@ _UPDATE_RULES = ("linear", "gated", "delta", "gated_delta")
 def _heads(x: np.ndarray, heads: int) -> np.ndarray:
     """(B, T, H*D) -> (B, T, H, D) in float32."""
     b, t, hd = x.shape
-    return x.astype(np.float32).reshape(b, t, heads, hd // heads)
+    return upcast(x).astype(np.float32).reshape(b, t, heads, hd // heads)
 
 
 class LinearAttention(CpuKernel):
@@ -349,9 +350,9 @@ class LinearAttention(CpuKernel):
         k4, v4 = _heads(k, hkv), _heads(v, hkv)
         # (B, T, H_kv, d_k or 1, 1): broadcasts over the state's (d_k, d_v)
         g5 = None if decay is None else np.exp(_heads(decay, hkv))[..., None]
-        b4 = None if beta is None else beta.astype(np.float32).reshape(bsz, t, -1, 1)
+        b4 = None if beta is None else upcast(beta).astype(np.float32).reshape(bsz, t, -1, 1)
         state = (np.zeros((bsz, hkv, dk, dv), np.float32) if past is None
-                 else past.astype(np.float32))
+                 else upcast(past).astype(np.float32))
         out = np.empty((bsz, t, hkv, group, dv), np.float32)
         for i in range(t):  # the recurrence is sequential in time
             if g5 is not None:

@@ -19,7 +19,7 @@ import numpy as np
 
 from onnx_ep.core.kernel import ExecutionContext, Parity
 from onnx_ep.providers.cpu_reference.base import CpuKernel
-from onnx_ep.providers.cpu_reference.lowfloat import is_float
+from onnx_ep.providers.cpu_reference.lowfloat import is_float, round_to, upcast
 from onnx_ep.providers.cpu_reference.shape import normalize_axes
 
 _COORD_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
@@ -141,7 +141,7 @@ def _to_dtype(y: np.ndarray, dtype: np.dtype) -> np.ndarray:
     if dtype.kind in "iu":
         info = np.iinfo(dtype)
         return np.clip(np.rint(y), info.min, info.max).astype(dtype)
-    return np.asarray(y.astype(dtype))
+    return round_to(y, dtype)
 
 
 def resize(ctx: ExecutionContext, x: np.ndarray, *, scales: list[float] | None,
@@ -185,7 +185,8 @@ def resize(ctx: ExecutionContext, x: np.ndarray, *, scales: list[float] | None,
                                       f"resized axis {axes}, got {roi}")
         for i, a in enumerate(axes):
             roi_of[a] = (float(roi[i]), float(roi[len(axes) + i]))
-    y = x if opts["mode"] == "nearest" else x.astype(np.float64)
+    # upcast, not source_value: int64 data converts as it always did
+    y = x if opts["mode"] == "nearest" else upcast(x).astype(np.float64)
     for a in sorted(axes):
         if (size_of[a] == y.shape[a] and scale_of[a] == 1.0
                 and roi_of[a] == (0.0, 1.0)):

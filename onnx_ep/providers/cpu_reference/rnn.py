@@ -20,6 +20,8 @@ import numpy as np
 
 from onnx_ep.core.kernel import ExecutionContext, Parity
 from onnx_ep.providers.cpu_reference.base import CpuKernel
+from onnx_ep.providers.cpu_reference.formats import source_value
+from onnx_ep.providers.cpu_reference.lowfloat import round_to
 
 Activation = Callable[[np.ndarray], np.ndarray]
 
@@ -94,8 +96,7 @@ class _Recurrent(CpuKernel):
         n_dirs = 2 if direction == "bidirectional" else 1
         layout = int(node.attr("layout", 0))
         dtype = x.dtype
-        f64 = np.float64
-        xs = x.astype(f64)
+        xs = source_value(x)
         if layout:
             xs = xs.transpose(1, 0, 2)
         seq, batch, _ = xs.shape
@@ -105,12 +106,12 @@ class _Recurrent(CpuKernel):
                                                                               hidden):
             raise self.fail(ctx, f"W {w.shape} / R {r.shape} do not match {n_dirs} "
                                  f"direction(s), {g} gate(s) of hidden_size {hidden}")
-        bias = (np.zeros((n_dirs, 2 * g * hidden)) if b is None else b.astype(f64))
+        bias = (np.zeros((n_dirs, 2 * g * hidden)) if b is None else source_value(b))
 
         def state0(v: np.ndarray | None) -> np.ndarray:
             if v is None:
                 return np.zeros((n_dirs, batch, hidden))
-            v = v.astype(f64)
+            v = source_value(v)
             return v.transpose(1, 0, 2) if layout else v
 
         h_init, c_init = state0(h0), state0(c0)
@@ -132,10 +133,10 @@ class _Recurrent(CpuKernel):
             # time index each batch entry reads at step t (reverse: within its own length)
             t_idx = np.where(valid, lens - 1 - steps, steps) if reverse else \
                 np.broadcast_to(steps, (seq, batch))
-            xw = xs @ w[d].astype(f64).T                           # (seq, batch, g*hidden)
+            xw = xs @ source_value(w[d]).T                         # (seq, batch, g*hidden)
             wb, rb = bias[d, :g * hidden], bias[d, g * hidden:]
-            rd = r[d].astype(f64)
-            pd = None if p is None else p[d].astype(f64)
+            rd = source_value(r[d])
+            pd = None if p is None else source_value(p[d])
             h, c = h_init[d], c_init[d]
             for t in range(seq):
                 m = valid[t].reshape(-1, 1)
@@ -151,7 +152,7 @@ class _Recurrent(CpuKernel):
             h_out, c_out = h_last.transpose(1, 0, 2), c_last.transpose(1, 0, 2)
         else:
             y_out, h_out, c_out = y, h_last, c_last
-        outs = [y_out.astype(dtype), h_out.astype(dtype), c_out.astype(dtype)]
+        outs = [round_to(y_out, dtype), round_to(h_out, dtype), round_to(c_out, dtype)]
         return tuple(outs[:max(1, len(node.output_names))])
 
 

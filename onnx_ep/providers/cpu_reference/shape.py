@@ -15,7 +15,8 @@ import numpy as np
 from onnx_ep.core.dtypes import np_dtype
 from onnx_ep.core.kernel import ExecutionContext
 from onnx_ep.providers.cpu_reference.base import CpuKernel, normalize_axis
-from onnx_ep.providers.cpu_reference.lowfloat import is_float
+from onnx_ep.providers.cpu_reference.formats import source_value
+from onnx_ep.providers.cpu_reference.lowfloat import is_float, round_to
 
 
 def int_list(ctx: ExecutionContext, value: Any, what: str) -> list[int]:
@@ -217,7 +218,7 @@ class EyeLike(CpuKernel):
         dt = ctx.node.attr("dtype")
         dtype = x.dtype if dt is None else np_dtype(dt)
         k = ctx.node.attr("k", 0)
-        return np.eye(x.shape[0], x.shape[1], k=k).astype(dtype)
+        return round_to(np.eye(x.shape[0], x.shape[1], k=k), dtype)
 
 
 class Range(CpuKernel):
@@ -232,13 +233,14 @@ class Range(CpuKernel):
             raise self.fail(ctx, "delta must not be 0")
         if is_float(dtype):
             # The element count follows the spec: ceil((limit - start) / delta) in float64.
-            n = max(int(np.ceil((float(lim) - float(s)) / float(d))), 0)
+            s64, lim64, d64 = (float(source_value(v)) for v in (s, lim, d))
+            n = max(int(np.ceil((lim64 - s64) / d64)), 0)
             if dtype.itemsize < 4:
                 # Narrow floats compute in stash_type (float32 unless DOUBLE=11 is asked)
                 # and round once per element; numpy.arange has no bfloat16.
                 cdt = np.float64 if ctx.node.attr("stash_type", 1) == 11 else np.float32
-                sf, df = cdt(s), cdt(d)
-                return (sf + np.arange(n, dtype=cdt) * df).astype(dtype)
+                sf, df = cdt(s64), cdt(d64)
+                return round_to(sf + np.arange(n, dtype=cdt) * df, dtype)
             return s + np.arange(n, dtype=dtype) * d
         n = max(-(-(int(lim) - int(s)) // int(d)), 0)
         return (int(s) + np.arange(n, dtype=np.int64) * int(d)).astype(dtype)

@@ -16,6 +16,7 @@ import numpy as np
 from onnx_ep.core.dtypes import np_dtype
 from onnx_ep.core.kernel import ExecutionContext, Parity
 from onnx_ep.providers.cpu_reference.base import CpuKernel, FnKernel, normalize_axis
+from onnx_ep.providers.cpu_reference.lowfloat import round_to, upcast
 
 _FFT_PARITY = Parity.tolerance(1e-5, 1e-6)
 
@@ -34,14 +35,14 @@ def _as_complex(ctx: ExecutionContext, x: np.ndarray) -> np.ndarray:
                                   f"shape {x.shape}")
     real = np.float64 if x.dtype == np.float64 else np.float32
     ctype = np.complex128 if real == np.float64 else np.complex64
-    xf = x.astype(real)
+    xf = upcast(x).astype(real)
     if x.shape[-1] == 1:
         return xf[..., 0].astype(ctype)
     return (xf[..., 0] + 1j * xf[..., 1]).astype(ctype)
 
 
 def _pairs(z: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    return np.stack([z.real, z.imag], axis=-1).astype(dtype)
+    return round_to(np.stack([z.real, z.imag], axis=-1), dtype)
 
 
 def dft(z: np.ndarray, n: int, axis: int, *, inverse: bool, onesided: bool) -> np.ndarray:
@@ -82,7 +83,7 @@ class DFT(CpuKernel):
         y = dft(_as_complex(ctx, x), n, axis, inverse=inverse, onesided=onesided)
         if np.iscomplexobj(y):
             return _pairs(y, x.dtype)
-        return y[..., None].astype(x.dtype)
+        return round_to(y[..., None], x.dtype)
 
 
 class STFT(CpuKernel):
@@ -108,7 +109,7 @@ class STFT(CpuKernel):
         idx = np.arange(n_frames)[:, None] * step + np.arange(length)[None, :]
         frames = z[:, idx]                                        # (batch, frames, length)
         if window is not None:
-            frames = frames * window.astype(frames.real.dtype)
+            frames = frames * upcast(window).astype(frames.real.dtype)
         onesided = bool(ctx.node.attr("onesided", 1)) and x.shape[-1] == 1
         y = dft(frames, length, 2, inverse=False, onesided=onesided)
         return _pairs(y, x.dtype)
@@ -126,7 +127,7 @@ def _window(a: tuple[float, ...]) -> Any:
         n = np.arange(n_total, dtype=np.float64)
         phase = 2 * np.pi * n / denom if denom > 0 else np.zeros_like(n)
         w = sum(((-1) ** k) * ak * np.cos(k * phase) for k, ak in enumerate(a))
-        return np.asarray(w).astype(np_dtype(int(ctx.node.attr("output_datatype", 1))))
+        return round_to(w, np_dtype(int(ctx.node.attr("output_datatype", 1))))
 
     return fn
 
@@ -158,7 +159,7 @@ def _mel_weight_matrix(ctx: ExecutionContext, num_mel_bins: Any, dft_length: Any
     out = np.where((j >= left) & (j <= center), (j - left) / rise_w, 0.0)
     out = np.where((j >= center) & (j < right), (right - j) / fall_w, out)
     out = np.where((j == center) & (center == left), 1.0, out)
-    return out.astype(np_dtype(int(ctx.node.attr("output_datatype", 1))))
+    return round_to(out, np_dtype(int(ctx.node.attr("output_datatype", 1))))
 
 
 KERNELS: list[CpuKernel] = [
