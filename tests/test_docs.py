@@ -18,6 +18,13 @@ def registry():
 
 
 def test_generated_docs_are_current(registry):
+    import onnx
+
+    recorded = docs.load_results()["onnx"]
+    if onnx.__version__ != recorded:
+        # the pages describe one onnx release's schemas; .ci/run's newest-releases run has it
+        pytest.skip(f"docs are generated from onnx {recorded}; onnx {onnx.__version__} is "
+                    f"installed")
     diffs = docs.stale_diffs(registry=registry)
     assert not diffs, (
         f"generated docs are stale (a kernel was added or changed); regenerate with "

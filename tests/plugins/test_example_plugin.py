@@ -9,13 +9,17 @@ distribution that .ci/run pip-installs; they skip only when it is not installed.
 from __future__ import annotations
 
 import sys
-import tomllib
 from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10: the tomli backport (a dependency there)
+    import tomli as tomllib
 
 import onnx_ep
 from onnx_ep import NodeMeta, NoKernelError, TensorSpec, WorkspaceView

@@ -8,7 +8,7 @@ import pytest
 from onnx_ep.core.kernel import ExecutionContext, NodeMeta, TensorSpec, WorkspaceView
 from onnx_ep.errors import NodeError, WorkspaceTooSmall
 from onnx_ep.providers.cpu_reference.attention import Attention, scores_spec
-from tests.helpers.oracle import assert_matches_ort, node_model, run_ours
+from tests.helpers.oracle import assert_matches_ort, node_model, requires_ort, run_ours
 
 RNG = np.random.default_rng(5)
 
@@ -30,13 +30,20 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("name", list(CASES))
+#: onnxruntime 1.23-1.26 give other values for these (100 % of elements differ)
+_ORT_ATTENTION = requires_ort("1.27", "earlier releases compute Attention's softcap and "
+                                      "qk_matmul_output differently")
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=_ORT_ATTENTION) if "softcap" in n
+                                  else n for n in CASES])
 def test_attention_matches_ort(name: str) -> None:
     feeds, attrs = CASES[name]
     model = node_model("Attention", feeds, opset=23, **attrs)
     assert_matches_ort(model, feeds, rtol=1e-5, atol=1e-6)
 
 
+@_ORT_ATTENTION
 def test_attention_past_and_present_and_qk_output_match_ort() -> None:
     feeds = {"Q": _r(1, 2, 2, 4), "K": _r(1, 2, 2, 4), "V": _r(1, 2, 2, 4),
              "attn_mask": _r(2, 5), "past_key": _r(1, 2, 3, 4), "past_value": _r(1, 2, 3, 4)}

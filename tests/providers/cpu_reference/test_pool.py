@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from onnx_ep.errors import NodeError
-from tests.helpers.oracle import assert_matches_ort, node_model, run_ours
+from tests.helpers.oracle import assert_matches_ort, node_model, ort_version, run_ours
 
 RNG = np.random.default_rng(4)
 F32 = dict(rtol=1e-5, atol=1e-6)
@@ -54,6 +54,11 @@ def test_maxpool_of_narrow_types_matches_ort(dtype: type) -> None:
 @pytest.mark.parametrize("count_include_pad", [0, 1])
 @pytest.mark.parametrize("attrs", GEOMETRIES)
 def test_averagepool_matches_ort(attrs: dict[str, Any], count_include_pad: int) -> None:
+    pads = attrs.get("pads", [0] * 4)
+    if (count_include_pad and (pads[:2] != pads[2:] or "SAME" in attrs.get("auto_pad", ""))
+            and ort_version() < (1, 26)):
+        pytest.skip(f"onnxruntime {'.'.join(map(str, ort_version()))} < 1.26 counts "
+                    f"asymmetric padding differently with count_include_pad=1")
     feeds = {"x": _x(2, 3, 7, 6)}
     assert_matches_ort(node_model("AveragePool", feeds, count_include_pad=count_include_pad,
                                   **attrs), feeds, **F32)

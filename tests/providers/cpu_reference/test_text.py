@@ -6,11 +6,13 @@ import numpy as np
 import pytest
 
 from onnx_ep.errors import NodeError
-from tests.helpers.oracle import assert_matches_ort, node_model, run_ours
+from tests.helpers.oracle import assert_matches_ort, node_model, requires_ort, run_ours
 
 WORDS = np.array(["Monday", "tuesday", "WEDNESDAY", "monday", "Ünïcode"], dtype=object)
 
 
+@requires_ort("1.27", "earlier releases construct the en_US.UTF-8 locale for stopwords and "
+                     "fail where it is not installed")
 def test_string_normalizer_stopwords_match_ort() -> None:
     feeds = {"x": WORDS}
     model = node_model("StringNormalizer", feeds, opset=21, stopwords=["monday"],
