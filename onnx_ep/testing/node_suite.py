@@ -2,9 +2,10 @@
 
 The comparison is onnx's own (``onnx.backend.test.runner.Runner.assert_similar_outputs``)
 with each case's rtol/atol. Cases we skip are listed, with their reason, in
-``node_suite_skips.toml`` beside this module; nothing else is skipped. Where a case's stored
-data contradicts the written specification (``node_suite_spec.py``), exactly those elements
-are compared with the specification's answer instead, and the case's result says so.
+``node_suite_skips.toml`` beside this module; nothing else is skipped. Where a case's
+generated data contradicts the written specification (``node_suite_spec.py``), exactly
+those elements are compared with the specification's answer instead, and the case's
+result says so.
 
 ``python -m onnx_ep.testing.node_suite [-k REGEX] [--device CPU|CUDA] [--failures] [--jobs N]``
 """

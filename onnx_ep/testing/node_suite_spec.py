@@ -1,13 +1,14 @@
 """Node-suite cases whose expected data contradicts the written ONNX specification.
 
-onnx generates a Cast case's expected output with ml_dtypes' conversions (``astype``), so
-where ml_dtypes departs from the specification the stored data does too: a float out of
-int4's range is stored as 0 where technical/int4.md says "round to the nearest even
-integer and truncate" (keep the low bits), and NaN -> float4e2m1 is stored as -0 where
-technical/float4.md says 6. The runner replaces exactly those elements of the expected
-output by the specification's answer, computed here from the case's input with Python
-integers (independently of the reference's own code), and only where the rule's condition
-holds; every other element is compared as onnx generated it. docs/PARITY.md lists the rules.
+onnx generates a Cast case's inputs and expected output in memory with the installed
+ml_dtypes' conversions (``astype``), so where that release departs from the specification
+the expected data does too: ml_dtypes 0.7 turns a float out of int4's range into 0 where
+technical/int4.md says "round to the nearest even integer and truncate" (keep the low
+bits), and NaN -> float4e2m1 becomes -0 where technical/float4.md says 6. The runner
+replaces exactly those elements of the expected output by the specification's answer,
+computed here from the case's input with Python integers (independently of the reference's
+own code), and only where the rule's condition holds; every other element is compared as
+onnx generated it. docs/PARITY.md lists the rules.
 """
 
 from __future__ import annotations
@@ -47,10 +48,10 @@ def _sub_byte(bits: int, signed: bool) -> Callable[[np.ndarray, np.dtype],
         mask = np.zeros(x.shape, bool)
         for i, v in enumerate(x.reshape(-1).tolist()):
             if not math.isfinite(v):
-                continue                      # undefined by the spec: compared as stored
+                continue                      # undefined by the spec: compared as generated
             r = round(v)                      # Python rounds half to even
             if lo <= r <= hi:
-                continue                      # in range: the stored data is the spec's
+                continue                      # in range: the generated data is the spec's
             low = r % (1 << bits)
             mask.flat[i] = True
             out.flat[i] = low - (1 << bits) if signed and low > hi else low
@@ -65,13 +66,13 @@ def _float4_nan(x: np.ndarray, _: np.dtype) -> tuple[np.ndarray, np.ndarray]:
 
 _CAST = r"^test_cast(like)?_(FLOAT|FLOAT16)_to_{}(_expanded)?$"
 RULES: tuple[Rule, ...] = (
-    *(Rule(re.compile(_CAST.format(name)), f"float -> {name.lower()} out of range: the data "
-           f"holds ml_dtypes' 0; technical/{doc}.md rounds half to even and keeps the low "
-           f"{bits} bits", _sub_byte(bits, signed))
+    *(Rule(re.compile(_CAST.format(name)), f"float -> {name.lower()} out of range: "
+           f"technical/{doc}.md rounds half to even and keeps the low {bits} bits (ml_dtypes "
+           f"0.7 gives 0)", _sub_byte(bits, signed))
       for name, doc, bits, signed in (("INT4", "int4", 4, True), ("UINT4", "int4", 4, False),
                                       ("INT2", "int2", 2, True), ("UINT2", "int2", 2, False))),
     Rule(re.compile(_CAST.format("FLOAT4E2M1")),
-         "NaN -> float4e2m1: the data holds ml_dtypes' -0; technical/float4.md says 6",
+         "NaN -> float4e2m1: technical/float4.md says 6 (ml_dtypes gives -0)",
          _float4_nan),
 )
 

@@ -20,7 +20,7 @@ def test_rules_cover_the_float_to_sub_byte_and_float4_casts_only() -> None:
 def test_out_of_range_elements_get_the_specs_wrapped_value() -> None:
     rule = node_suite_spec.rule_for("test_cast_FLOAT_to_INT4")
     x = np.array([-9.0, 9.0, 2.0, -8.0, 10.5, 7.5], np.float32)
-    stored = np.array([0, 0, 2, -8, 0, 0]).astype(ml_dtypes.int4)   # what onnx stores
+    stored = np.array([0, 0, 2, -8, 0, 0]).astype(ml_dtypes.int4)   # ml_dtypes 0.7's
     fixed, changed = node_suite_spec.corrected(rule, x, stored)
     # 10.5 rounds to 10 (even) -> -6; 7.5 rounds to 8 -> -8; in-range values are kept
     assert fixed.astype(np.int8).tolist() == [7, -7, 2, -8, -6, -8]

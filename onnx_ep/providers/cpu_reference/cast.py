@@ -47,7 +47,7 @@ from onnx_ep.providers.cpu_reference.formats import (
 )
 from onnx_ep.providers.cpu_reference.numerics import is_float, is_int
 
-__all__ = ["cast", "to_e8m0", "to_string", "from_string", "Cast", "CastLike", "KERNELS"]
+__all__ = ["KERNELS", "Cast", "CastLike", "cast", "from_string", "to_e8m0", "to_string"]
 
 ROUND_MODES = ("up", "down", "nearest")
 STRING = np.dtype(object)

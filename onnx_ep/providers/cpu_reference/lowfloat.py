@@ -20,7 +20,7 @@ from onnx_ep.providers.cpu_reference.formats import (
     float_to_sub_byte_int,
     to_e8m0,
 )
-from onnx_ep.providers.cpu_reference.numerics import is_float  # noqa: F401 - re-exported
+from onnx_ep.providers.cpu_reference.numerics import is_float
 
 
 def compute_dtype(dtype: np.dtype) -> np.dtype:

@@ -22,8 +22,18 @@ from onnx_ep.providers.cpu_reference.formats import (
     to_float32_odd,
 )
 
-__all__ = ["ML_FLOATS", "ML_INTS", "is_float", "is_int", "is_signed_int", "to_float64",
-           "round_from_float64", "to_float32_odd", "erf", "erfc"]
+__all__ = [
+    "ML_FLOATS",
+    "ML_INTS",
+    "erf",
+    "erfc",
+    "is_float",
+    "is_int",
+    "is_signed_int",
+    "round_from_float64",
+    "to_float32_odd",
+    "to_float64",
+]
 
 #: float formats numpy ufuncs do not know; computed in float64 and rounded back.
 ML_FLOATS: frozenset[np.dtype] = frozenset(FORMATS) | {E8M0}
