@@ -10,6 +10,8 @@ from fractions import Fraction
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from onnx_ep.providers.cpu_reference import formats
 from onnx_ep.providers.cpu_reference.cast import cast
@@ -227,3 +229,57 @@ def test_narrow_sources_widen_exactly() -> None:
     b = np.arange(0, 65536, dtype=np.uint32).astype(np.uint16).view(BF16)
     wide = cast(b, np.dtype(np.float32)).view(np.uint32)
     np.testing.assert_array_equal(wide, b.view(np.uint16).astype(np.uint32) << 16)
+
+
+# ---------------------------------------------------------------- random bit patterns
+
+
+@settings(max_examples=300, deadline=None)
+@given(bits=st.integers(0, 2 ** 64 - 1), saturate=st.booleans(),
+       dt=st.sampled_from(BYTE_FORMATS))
+def test_any_float64_rounds_as_the_exact_search_says(bits: int, saturate: bool,
+                                                     dt: np.dtype) -> None:
+    x = np.array([bits], np.uint64).view(np.float64)
+    got = int(cast(x, dt, saturate=saturate).view(np.uint8)[0])
+    assert got == _spec_round(dt, float(x[0]), saturate), (float(x[0]), hex(got))
+
+
+def _near_bf16_ties() -> st.SearchStrategy[float]:
+    """Values at and one float64 ulp beside a midpoint of two bfloat16 neighbours (9
+    significant bits, the last one set), where a second rounding would go wrong."""
+    return st.builds(lambda m, e, step, neg: (-1 if neg else 1) * float(
+        np.nextafter(np.ldexp(float(m), e), np.inf if step > 0 else -np.inf)
+        if step else np.ldexp(float(m), e)),
+        st.integers(256, 511), st.integers(-142, 119), st.sampled_from([-1, 0, 1]),
+        st.booleans())
+
+
+@settings(max_examples=400, deadline=None)
+@given(x=st.one_of(st.integers(0, 2 ** 64 - 1).map(
+    lambda b: float(np.array([b], np.uint64).view(np.float64)[0])), _near_bf16_ties()))
+def test_any_float64_rounds_to_bfloat16_once(x: float) -> None:
+    got = cast(np.array([x]), BF16).view(np.uint16)[0]
+    if math.isnan(x):
+        assert (got & 0x7FFF) > 0x7F80
+        return
+    value = cast(np.array([x]), BF16).astype(np.float64)[0]
+    want = _nearest_even_bf16(x) if math.isfinite(x) else None
+    if want is None or abs(want) >= 2 ** 128:      # rounds past bfloat16's largest value
+        assert value == math.copysign(math.inf, x)
+    else:
+        assert Fraction(value) == want and math.copysign(1, value) == math.copysign(1, x)
+
+
+def _nearest_even_bf16(x: float) -> Fraction:
+    """Finite x rounded to 8 significant bits, ties to even, by exact arithmetic, with
+    bfloat16's smallest exponent and no largest one."""
+    if x == 0:
+        return Fraction(0)
+    a = Fraction(abs(x))
+    e = max(math.frexp(abs(x))[1] - 1, -126)       # bfloat16's exponent range
+    ulp = Fraction(2) ** (e - 7)
+    q, r = divmod(a, ulp)
+    if r * 2 > ulp or (r * 2 == ulp and q % 2 == 1):
+        q += 1
+    v = q * ulp
+    return v if x > 0 else -v
