@@ -32,7 +32,6 @@ __all__ = [
     "is_signed_int",
     "round_from_float64",
     "to_float32_odd",
-    "to_float64",
 ]
 
 #: float formats numpy ufuncs do not know; computed in float64 and rounded back.
@@ -56,10 +55,6 @@ def is_int(dt: np.dtype) -> bool:
 def is_signed_int(dt: np.dtype) -> bool:
     dt = np.dtype(dt)
     return dt.kind == "i" or SUB_BYTE_INTS.get(dt, (0, False))[1]
-
-
-def to_float64(x: np.ndarray) -> np.ndarray:
-    return np.asarray(x, dtype=np.float64)
 
 
 def round_from_float64(y: np.ndarray, dtype: np.dtype) -> np.ndarray:
