@@ -286,6 +286,23 @@ def to_e8m0(x: np.ndarray, *, saturate: bool = True, round_mode: str = "up") -> 
     return np.asarray(code.astype(np.uint8).view(E8M0))
 
 
+def round_to(y: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``y`` rounded once into any dtype, as an ndarray (never a numpy scalar): narrow
+    floats by :func:`encode`, float8e8m0 by Cast's default rule (:func:`to_e8m0`),
+    sub-byte ints as Cast converts into them, numpy's own dtypes by numpy."""
+    dtype = np.dtype(dtype)
+    y = np.asarray(y)
+    if dtype in FORMATS:
+        return encode(y, dtype)
+    if dtype == E8M0:
+        return to_e8m0(y)
+    if dtype in SUB_BYTE_INTS:
+        if y.dtype.kind == "f" or y.dtype in FORMATS or y.dtype == E8M0:
+            return float_to_sub_byte_int(y, dtype)
+        return encode_int(decode_int(y) if y.dtype in SUB_BYTE_INTS else y, dtype)
+    return np.asarray(y.astype(dtype, copy=False))
+
+
 # ---------------------------------------------------------------- wider integers
 
 
@@ -331,7 +348,7 @@ def source_value(x: np.ndarray) -> np.ndarray:
         return decode(x)
     if dt.kind in "iu":
         return int_to_float64_odd(x)
-    return x.astype(np.float64)
+    return x.astype(np.float64)  # a copy, always: callers may work on it in place
 
 
 def int_to_float64_odd(x: np.ndarray) -> np.ndarray:

@@ -10,17 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnx_ep.providers.cpu_reference.formats import (
-    E8M0,
-    FORMATS,
-    SUB_BYTE_INTS,
-    decode,
-    encode,
-    encode_int,
-    float_to_sub_byte_int,
-    to_e8m0,
-)
+from onnx_ep.providers.cpu_reference.formats import E8M0, FORMATS, decode, round_to
 from onnx_ep.providers.cpu_reference.numerics import is_float
+
+# round_to and is_float are re-exported: kernels take their rounding helpers from here
+__all__ = ["compute_dtype", "float_compute", "is_float", "round_to", "upcast"]
 
 
 def compute_dtype(dtype: np.dtype) -> np.dtype:
@@ -45,20 +39,3 @@ def float_compute(x: np.ndarray) -> np.ndarray:
     if is_float(x.dtype):
         return upcast(x)
     return x.astype(np.float64)
-
-
-def round_to(y: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """Round ``y`` once to ``dtype`` and make sure the result is an ndarray, not a scalar.
-
-    Narrow formats convert through :mod:`.formats` (the ONNX rules; float8e8m0 by Cast's
-    default, sub-byte ints as Cast does), never through ml_dtypes' conversions.
-    """
-    dtype = np.dtype(dtype)
-    if dtype in FORMATS:
-        return encode(y, dtype)
-    if dtype == E8M0:
-        return to_e8m0(y)
-    if dtype in SUB_BYTE_INTS:
-        y = np.asarray(y)
-        return float_to_sub_byte_int(y, dtype) if is_float(y.dtype) else encode_int(y, dtype)
-    return np.asarray(np.asarray(y).astype(dtype, copy=False))

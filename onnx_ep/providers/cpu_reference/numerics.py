@@ -17,8 +17,7 @@ from onnx_ep.providers.cpu_reference.formats import (
     E8M0,
     FORMATS,
     SUB_BYTE_INTS,
-    encode,
-    to_e8m0,
+    round_to,
     to_float32_odd,
 )
 
@@ -59,14 +58,11 @@ def is_signed_int(dt: np.dtype) -> bool:
 
 def round_from_float64(y: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """Round float64 ``y`` once to the float dtype ``dtype`` (round to nearest even;
-    float8e8m0 by Cast's default rule, saturating and rounding up)."""
-    dtype = np.dtype(dtype)
+    float8e8m0 by Cast's default rule, saturating and rounding up). The result never
+    shares memory with ``y``."""
     y = np.asarray(y, dtype=np.float64)
-    if dtype in FORMATS:
-        return encode(y, dtype)
-    if dtype == E8M0:
-        return to_e8m0(y)
-    return np.asarray(y.astype(dtype))
+    dtype = np.dtype(dtype)
+    return round_to(y, dtype) if dtype in ML_FLOATS else np.asarray(y.astype(dtype))
 
 
 # ---------------------------------------------------------------- erf / erfc

@@ -88,16 +88,6 @@ EP_HD double decode(Format f, byte_t c) {
     return neg ? -v : v;
 }
 
-// finite a >= 0 rounded to nearest even with ``mbits`` fraction bits, exponent >= emin
-// (no upper limit: the callers treat overflow)
-EP_HD double round_to(double a, int mbits, int emin) {
-    if (a == 0.0 || isinf(a)) return a;
-    int ex;
-    frexp(a, &ex);
-    int e = ex - 1 < emin ? emin : ex - 1;
-    return ldexp(rint(ldexp(a, mbits - e)), e - mbits);  // power-of-two scalings are exact
-}
-
 EP_HD double max_value(Format f) { return decode(f, f.max_code); }
 
 // x rounded once to nearest even into format f; ``clip`` clamps |x| > max to max first
