@@ -315,9 +315,9 @@ def cmd_resources(args: argparse.Namespace) -> int:
 
 def providers_info() -> dict[str, Any]:
     """Providers (available or why not), plugins, kernel counts and registration errors."""
-    from onnx_ep.plugins.manager import default_runtime
+    from onnx_ep.core.plugin_manager import default_plugins
 
-    rt = default_runtime()
+    rt = default_plugins()
     reg = rt.registry
     counts = reg.kernel_counts()
     providers = []

@@ -30,7 +30,7 @@ from onnx_ep.core.graph import build_graph, light_model_for_inference
 from onnx_ep.core.kernel import Support
 from onnx_ep.core.placement import node_meta
 from onnx_ep.errors import NoKernelError
-from onnx_ep.plugins.manager import build_runtime
+from onnx_ep.core.plugin_manager import build_plugins
 from onnx_ep.providers.cuda import runtime as cuda_runtime
 from onnx_ep.testing.node_suite import load_cases, load_skips
 
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     cuda_runtime.is_available = lambda: Support.YES  # placement only: nothing launches
-    registry = build_runtime(()).registry
+    registry = build_plugins(()).registry
     skips = load_skips()
     all_cases = load_cases(args.pattern)
     cases = [c for c in all_cases if c.name not in skips]

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import pytest
 
-from onnx_ep.plugins.manager import build_runtime
+from onnx_ep.core.plugin_manager import build_plugins
 from onnx_ep.testing import docs
 
 
 @pytest.fixture(scope="module")
 def registry():
-    return build_runtime(entry_points=False).registry
+    return build_plugins(entry_points=False).registry
 
 
 def test_generated_docs_are_current(registry):

@@ -1,10 +1,13 @@
 """Admission: a run asks for its whole need up front and is admitted or refused before work.
 
-The strategy (chosen by the ``onnx_ep_select_admission_strategy`` hook) sees
-the :class:`AdmissionRequest` and the authority's ledger. A refusal is a typed
-error (:exc:`TierExhausted`: full now, may succeed later; :exc:`CapacityUnavailable`:
-can never fit) with ``http_status = 429``. An admitted run holds its
-reservations until it ends, so it never fails later for lack of memory.
+The strategy (chosen by the ``onnx_ep_select_admission_strategy`` hook) gets two values:
+the :class:`AdmissionRequest` (which session asks, for what) and a
+:class:`~onnx_ep.core.memory.LedgerView` of the device's ledger. It decides with
+:meth:`LedgerView.fit <onnx_ep.core.memory.LedgerView.fit>`, the same decision the
+authority makes when it reserves. A refusal is a typed error (:exc:`TierExhausted`: full
+now, may succeed later; :exc:`CapacityUnavailable`: can never fit) with
+``http_status = 429``. An admitted run holds its reservations until it ends, so it never
+fails later for lack of memory.
 """
 
 from __future__ import annotations
@@ -13,20 +16,23 @@ from typing import Any, Protocol
 
 import attrs
 
-from onnx_ep.core.memory import DeviceMemoryAuthority, Reservation, Role
+from onnx_ep.core.memory import DeviceMemoryAuthority, LedgerView, Reservation, Role
 from onnx_ep.errors import AdmissionRefused
 
 
 @attrs.frozen
 class AdmissionRequest:
-    """Everything one run will reserve, in bytes, before any step runs.
+    """Everything one run (or one device plan) will reserve, in bytes, before any step runs.
 
-    :ivar holder: who asks (``session-3/run-17``).
+    :ivar session: the asking session's holder name (``session-3``); the ledger view
+        handed to the strategy counts what this session already holds.
+    :ivar holder: the holder its reservations are charged to (``session-3/run-17``).
     :ivar activations: the activation arena at this shape signature.
     :ivar workspace_step: the step-scoped workspace peak.
     :ivar growth: new session-persistent bytes (workspace / KV growth) this run adds.
     """
 
+    session: str
     holder: str
     activations: int
     workspace_step: int
@@ -49,12 +55,29 @@ class AdmissionDecision:
 
 
 class AdmissionStrategy(Protocol):
-    """What ``onnx_ep_select_admission_strategy`` returns."""
+    """What ``onnx_ep_select_admission_strategy`` returns.
+
+    :ivar name: shown in ``Session.resources()`` and the session's log line.
+    """
 
     name: str
 
-    def admit(self, request: AdmissionRequest,
-              authority: DeviceMemoryAuthority) -> AdmissionDecision: ...
+    def admit(self, request: AdmissionRequest, ledger: LedgerView) -> AdmissionDecision:
+        """Admit or refuse ``request`` given the ledger now. Called before every run on
+        the host, and once per shape signature on a device (when its plan is bound).
+        Must not reserve anything: the session reserves what an admitted request asked."""
+        ...
+
+
+def admit(strategy: AdmissionStrategy, request: AdmissionRequest,
+          authority: DeviceMemoryAuthority) -> None:
+    """Ask ``strategy`` about ``request`` on ``authority``'s ledger; raise its refusal."""
+    decision = strategy.admit(request, authority.view(request.session))
+    if not isinstance(decision, AdmissionDecision):
+        raise TypeError(f"admission strategy {strategy_name(strategy)!r} returned "
+                        f"{type(decision).__name__}, expected an AdmissionDecision")
+    if decision.refusal is not None:
+        raise decision.refusal
 
 
 def reserve_for_run(request: AdmissionRequest,
@@ -69,5 +92,6 @@ def reserve_for_run(request: AdmissionRequest,
     return authority.reserve_many([(n, r) for n, r in parts if n > 0], request.holder)
 
 
-def describe(strategy: Any) -> str:
+def strategy_name(strategy: Any) -> str:
+    """The strategy's ``name``, else its class name."""
     return getattr(strategy, "name", type(strategy).__name__)

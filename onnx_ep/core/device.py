@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from onnx_ep.core.graph import Graph
-from onnx_ep.core.kernel import Provider, TensorSpec
+from onnx_ep.core.kernel import TensorSpec
+from onnx_ep.core.provider import Provider
 from onnx_ep.core.memory import DeviceMemoryAuthority, Reservation, Role, authority_for
 from onnx_ep.core.pager import DevicePager
 from onnx_ep.core.placement import CopyStep

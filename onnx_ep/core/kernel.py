@@ -1,17 +1,23 @@
-"""The Kernel protocol and its value types: the contract between the core and every provider.
+"""The Kernel protocol and its value types: the contract between the core and every kernel.
 
-A plugin author reads this file and ``plugins/hookspecs.py`` and nothing else.
-See docs/KERNELS.md for a walk-through.
+A kernel author reads this file and ``core/hookspecs.py``; a provider author also reads
+``core/provider.py``. See docs/KERNELS.md for a walk-through. Everything here is exported
+by ``onnx_ep``.
 
-Lifecycle of a kernel, per node and shape signature:
+When the core calls a kernel (each member's docstring repeats its own line):
 
-1. *Placement*: the registry finds kernels whose :class:`OpKey` matches the
-   node's domain, op type and opset; :meth:`Kernel.supports` (optional) may
-   decline a node with a reason (an unsupported dtype or attribute value).
-2. *Binding*: :meth:`Kernel.bind` (optional) returns the object that will run
-   this node, so kernels can parse attributes once and keep per-node state.
-3. *Planning*: :meth:`Kernel.workspace_requirement` states exact scratch bytes.
-4. *Execution*: :meth:`Kernel.execute_with_workspace` runs on ``ctx.stream``.
+1. *Registration* (once per plugin manager): ``register(kernel, provider=...)`` runs
+   :func:`check_kernel` on the required members (:class:`Kernel`) and on every optional
+   member the kernel defines (:class:`SupportsNode`, :class:`Binds`,
+   :class:`InfersOutputs`, :class:`Aliases`).
+2. *Placement* (when a ``Session`` is created): for each node whose :class:`OpKey`
+   matches, ``supports(meta)`` may decline with a reason; the node then goes to the next
+   provider. The node's runner is ``bind(meta)`` when defined, else the kernel itself.
+3. *Planning* (once per shape signature, before the first run at it):
+   ``infer_outputs(meta)`` where onnx's shape inference left an output unsized,
+   ``aliases`` on a device, and ``workspace_requirement(meta)``.
+4. *Running* (every run): ``execute_with_workspace(ctx, inputs, outputs, workspace)``.
+5. *After the first run* of a shape signature on a device: ``capture_support()``.
 """
 
 from __future__ import annotations
@@ -282,47 +288,40 @@ class ExecutionContext:
 
 @runtime_checkable
 class Kernel(Protocol):
-    """The contract every kernel satisfies. No base class is needed.
+    """The members every kernel has. No base class is needed.
 
-    Optional methods a kernel may also define:
-
-    - ``supports(meta: NodeMeta) -> Support``: decline a node with a reason.
-    - ``bind(meta: NodeMeta) -> Kernel``: return the per-node object that runs
-      the node (parse attributes once here). Without it the registered object
-      runs every node itself.
-    - ``infer_outputs(meta: NodeMeta) -> list[TensorSpec | None]``: output specs
-      from input specs, used where onnx's shape inference gives none (device
-      providers need every output's size at plan time).
-    - ``aliases: Mapping[int, int]``: ``{output: input}`` for outputs that are a
-      view of an input (Reshape, Squeeze). On a device such an output gets no
-      buffer: ``outputs[j]`` arrives as its planned :class:`TensorSpec` and the
-      kernel stores a view of the input there; the input's buffer stays alive
-      as long as the view is used.
+    ``key`` and ``parity`` are plain attributes (a family table makes one instance per
+    row). A kernel may also have any of the optional members :class:`SupportsNode`,
+    :class:`Binds`, :class:`InfersOutputs` and :class:`Aliases`; :func:`check_kernel`
+    validates those it has.
     """
 
     key: OpKey
     parity: Parity
 
     def capture_support(self) -> CaptureSupport:
-        """Whether this node may be recorded in a CUDA graph.
+        """Whether this node may be recorded into a CUDA graph.
 
-        Called after a warm-up run, so it may depend on the route the last call
-        took. Must tell the truth (see :class:`CaptureSupport`).
+        Called by the session on the object that runs the node (see :class:`Binds`), for
+        device steps only, once per shape signature right after the first run at that
+        signature, so the answer may depend on the route that run took. The answers cut
+        the plan into capture segments (``core/capture.py``, ``Session.capture_report()``).
+        Must tell the truth (see :class:`CaptureSupport`).
         """
         ...
 
     def workspace_requirement(self, meta: NodeMeta) -> WorkspaceRequirement:
         """Exact scratch bytes for this node at the shapes in ``meta``.
 
-        Called once per shape signature at plan time, before any run. Sized
-        from the route the call will really take; :data:`WorkspaceRequirement.NONE`
-        for a route that needs none. Must not allocate.
+        Called by the planner once per shape signature, when that signature is planned,
+        before any run at it. Sized from the route the call will really take;
+        :data:`WorkspaceRequirement.NONE` for a route that needs none. Must not allocate.
         """
         ...
 
     def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
                                outputs: list[Any], workspace: WorkspaceView | None) -> None:
-        """Run the node.
+        """Run the node. Called by the executor once per run.
 
         :param ctx: the node, provider and stream.
         :param inputs: one tensor per node input (``None`` for a missing optional input).
@@ -339,157 +338,103 @@ class Kernel(Protocol):
         ...
 
 
-REQUIRED_KERNEL_METHODS = ("capture_support", "workspace_requirement", "execute_with_workspace")
+@runtime_checkable
+class SupportsNode(Protocol):
+    """Optional: decline some nodes of the op with a reason."""
 
+    def supports(self, meta: NodeMeta) -> Support:
+        """:data:`Support.YES`, or :meth:`Support.no` with why this node cannot run here (an
+        unsupported dtype or attribute value).
 
-def check_kernel(obj: Any) -> str | None:
-    """Return why ``obj`` breaks the Kernel protocol, or ``None`` when it satisfies it."""
-    key = getattr(obj, "key", None)
-    if not isinstance(key, OpKey):
-        return f"'key' must be an OpKey, got {type(key).__name__}"
-    if not isinstance(getattr(obj, "parity", None), Parity):
-        return f"'parity' must be a Parity, got {type(getattr(obj, 'parity', None)).__name__}"
-    for name in REQUIRED_KERNEL_METHODS:
-        if not callable(getattr(obj, name, None)):
-            return f"missing method {name}()"
-    for name in ("supports", "bind"):
-        if hasattr(obj, name) and not callable(getattr(obj, name)):
-            return f"'{name}' must be callable"
-    if not isinstance(key.since, int) or key.since < 1:
-        return f"OpKey.since must be an int >= 1, got {key.since!r}"
-    return None
-
-
-def _always_available() -> Support:
-    return Support.YES
-
-
-class StableRegion(Protocol):
-    """A device address range that never moves while physical pages are mapped under it.
-
-    Made by the optional ``DeviceRuntime.stable_region(nbytes, holder)``; the core's
-    weight pager (``onnx_ep.core.pager``, docs/MEMORY.md) drives it. Tensors viewed in it
-    keep their addresses for the region's life, so a captured graph stays valid while
-    pages move. Reserving the range costs no budget; each page backs part of a
-    reservation the core made.
-
-    :ivar ptr: base address. :ivar nbytes: size, a multiple of ``page_bytes``.
-    :ivar page_bytes: the mapping granule (2 MiB on an H200).
-    """
-
-    ptr: int
-    nbytes: int
-    page_bytes: int
-
-    def new_page(self, reservation: Any) -> Any:
-        """Physical memory of ``page_bytes`` backing part of ``reservation`` (not charged again)."""
-        ...
-
-    def map(self, offset: int, page: Any) -> None:
-        """Map ``page`` at ``ptr + offset`` (page-aligned, nothing mapped there)."""
-        ...
-
-    def unmap(self, offset: int) -> Any:
-        """Unmap the page at ``offset`` and return it; its bytes survive for a later map.
-
-        Synchronous for the host but NOT ordered with streams: the caller first makes
-        sure no queued work still reads the page (see :meth:`fence`).
+        Called by the registry while a ``Session`` places its graph, for every node whose
+        :class:`OpKey` matches (``meta.inputs`` may hold symbolic dims). A declined node goes
+        to the next listed provider. Must not raise: return ``Support.no(reason)``.
         """
         ...
 
-    def write(self, offset: int, data: np.ndarray, stream: Any) -> None:
-        """Copy host ``data`` (uint8, contiguous) to ``ptr + offset``, async on ``stream``."""
-        ...
 
-    def tensor(self, offset: int, spec: TensorSpec) -> Any:
-        """A device tensor of ``spec`` at ``ptr + offset`` (valid while its pages are mapped)."""
-        ...
+@runtime_checkable
+class Binds(Protocol):
+    """Optional: make a per-node object that runs the node (parse attributes once)."""
 
-    def fence(self, stream: Any) -> Any:
-        """Mark the work queued on ``stream`` so far. The result has ``wait()`` (block the
-        host until that work is done), ``done() -> bool`` and ``release()`` (recycle it)."""
-        ...
+    def bind(self, meta: NodeMeta) -> Kernel | None:
+        """The object that will run this node, or ``None`` for the kernel itself.
 
-    def close(self) -> None:
-        """Unmap everything, free every page and the range (idempotent; the caller has
-        waited for the work that reads it)."""
+        Called once per node when the node is placed on this kernel. The result gets
+        every later call for the node (``infer_outputs``, ``aliases``,
+        ``workspace_requirement``, ``execute_with_workspace``, ``capture_support``), so
+        it must have the :class:`Kernel` methods.
+        """
         ...
 
 
-class DeviceAllocation(Protocol):
-    """Physical device memory backing one reservation."""
+@runtime_checkable
+class InfersOutputs(Protocol):
+    """Optional: output specs from input specs, where onnx's shape inference gives none."""
 
-    ptr: int
-    nbytes: int
+    def infer_outputs(self, meta: NodeMeta) -> Sequence[TensorSpec | None]:
+        """One spec (or ``None``) per node output.
 
-    def free(self) -> None: ...
+        Called by the planner at plan time, only when some output is unsized after onnx's
+        inference and every input is sized. Device providers need every output's size at
+        plan time; a node they cannot size falls back to a host provider.
+        """
+        ...
 
 
-class DeviceRuntime(Protocol):
-    """What the core needs from a device provider (one object per device).
+@runtime_checkable
+class Aliases(Protocol):
+    """Optional: outputs that are views of inputs (Reshape, Squeeze)."""
 
-    The core keeps the budget and the ledger (``onnx_ep.core.memory``); the runtime
-    only backs reservations with physical memory, makes tensors, streams and copies.
+    #: ``{output index: input index}``. Read by the planner when it builds a device
+    #: program: such an output gets no arena buffer; ``outputs[j]`` arrives as its planned
+    #: :class:`TensorSpec` and the kernel stores a view of the input there. The input's
+    #: buffer stays alive as long as the view is used.
+    aliases: Mapping[int, int]
 
-    :ivar device: the ledger's device name (``"cuda:0"``).
-    :ivar granularity: bytes per accounting granule of this device's allocator.
 
-    Optional, for ``weight_streaming`` on the device: ``stable_region(nbytes: int,
-    holder: str) -> StableRegion``. A runtime without it refuses streaming at load.
+REQUIRED_KERNEL_METHODS = ("capture_support", "workspace_requirement", "execute_with_workspace")
+
+
+OPTIONAL_KERNEL_METHODS = ("supports", "bind", "infer_outputs")
+
+
+def check_kernel(obj: Any) -> str | None:
+    """Return why ``obj`` breaks the Kernel protocol, or ``None`` when it satisfies it.
+
+    Checks the required members (:class:`Kernel`) and each optional member ``obj`` has
+    (:class:`SupportsNode`, :class:`Binds`, :class:`InfersOutputs`, :class:`Aliases`).
     """
-
-    device: str
-    granularity: int
-
-    def budget(self) -> int:
-        """Bytes the device can grant now (free memory); used when no memory_limit is set."""
-        ...
-
-    def new_stream(self) -> Any:
-        """A stream for one session's steps."""
-        ...
-
-    def allocate(self, reservation: Any) -> DeviceAllocation:
-        """Back ``reservation`` (made by the core) with device memory."""
-        ...
-
-    def tensor(self, allocation: DeviceAllocation, offset: int, spec: TensorSpec) -> Any:
-        """A device tensor of ``spec`` at byte ``offset`` of ``allocation`` (no allocation)."""
-        ...
-
-    def upload(self, array: np.ndarray, out: Any, stream: Any) -> Any:
-        """Copy host ``array`` into device tensor ``out`` on ``stream``; return ``out``."""
-        ...
-
-    def download(self, tensor: Any, stream: Any) -> np.ndarray:
-        """Copy a device tensor to a new host array and wait for it."""
-        ...
-
-    def synchronize(self, stream: Any) -> None: ...
-
-    # Optional, for onnx_ep.Tensor and IOBinding (device feeds and outputs):
-    #   copy(src, dst, stream) -> dst        device-to-device copy of equal dtype/shape
-    #   from_dlpack(obj) -> device tensor    zero-copy import of a DLPack producer
-    #   default_stream() -> stream           the stream from_dlpack orders producers before
+    key = getattr(obj, "key", None)
+    if not isinstance(key, OpKey):
+        return f"'key' must be an OpKey, got {type(key).__name__}"
+    if not isinstance(key.since, int) or key.since < 1:
+        return f"OpKey.since must be an int >= 1, got {key.since!r}"
+    if not isinstance(getattr(obj, "parity", None), Parity):
+        return f"'parity' must be a Parity, got {type(getattr(obj, 'parity', None)).__name__}"
+    return check_runner(obj)
 
 
-@attrs.frozen
-class Provider:
-    """An execution provider, registered through ``onnx_ep_register_providers``.
+def check_runner(obj: Any) -> str | None:
+    """The method and ``aliases`` part of :func:`check_kernel`: what the object that runs a
+    node (a kernel, or what its ``bind`` returned) must satisfy."""
+    for name in REQUIRED_KERNEL_METHODS:
+        if not callable(getattr(obj, name, None)):
+            return f"missing method {name}()"
+    for name in OPTIONAL_KERNEL_METHODS:
+        if getattr(obj, name, None) is not None and not callable(getattr(obj, name)):
+            return f"'{name}' must be callable"
+    aliases = getattr(obj, "aliases", None)
+    if aliases is not None:
+        if not isinstance(aliases, Mapping):
+            return f"'aliases' must be a mapping {{output: input}}, got {type(aliases).__name__}"
+        for out, inp in aliases.items():
+            if not (isinstance(out, int) and isinstance(inp, int) and out >= 0 and inp >= 0):
+                return f"'aliases' must map output indices to input indices, got {out!r}: {inp!r}"
+    return None
 
-    :ivar name: what users write in ``providers=[...]`` (``"cpu_reference"``).
-    :ivar device: ``"cpu"`` for providers whose tensors are numpy arrays, else a
-        device type (``"cuda"``); placement inserts copies where values change device.
-    :ivar priority: order among providers when ``providers=None`` (higher first).
-    :ivar is_available: returns :data:`Support.YES` or why the provider cannot run here.
-    :ivar runtime: for device providers, returns the :class:`DeviceRuntime`
-        (called only once the provider is selected and available).
-    :ivar description: one line for ``onnx-ep providers``.
-    """
-
-    name: str
-    device: str = "cpu"
-    priority: int = 0
-    is_available: Callable[[], Support] = _always_available
-    runtime: Callable[[], DeviceRuntime] | None = None
-    description: str = ""
+def __getattr__(name: str):  # TEMPORARY during the move of provider contracts
+    if name in ("Provider", "DeviceRuntime", "StableRegion", "DeviceAllocation"):
+        from onnx_ep.core import provider
+        return getattr(provider, name)
+    raise AttributeError(name)

@@ -17,7 +17,7 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
@@ -39,6 +39,81 @@ def align_up(nbytes: int, alignment: int) -> int:
     """``nbytes`` rounded up to a multiple of ``alignment`` (0 stays 0): THE rounding of
     ledger charges, arena offsets, session workspaces and weight-region offsets."""
     return -(-int(nbytes) // alignment) * alignment
+
+
+class Fit(enum.Enum):
+    """The answer of :func:`fit`."""
+
+    FITS = "fits"
+    NOT_NOW = "not_now"    #: fits the budget, but not in what is free now (TierExhausted)
+    NEVER = "never"        #: more than the budget allows at all (CapacityUnavailable)
+
+
+def fit(need: int, *, budget: int, committed: int, held: int = 0) -> Fit:
+    """THE decision whether ``need`` more bytes fit: the authority's reservations and growth,
+    every admission strategy and the weight windows ask this function and no other.
+
+    :param need: bytes to add, already rounded to the granule.
+    :param budget: the bytes the caller may use (a strategy keeping headroom passes less
+        than the authority's budget).
+    :param committed: bytes committed now, by everyone.
+    :param held: bytes the same holder (a session) already has among ``committed``; they
+        count against ``budget`` when deciding NEVER, since they will not be released to
+        make room for this request.
+    """
+    if need + held > budget:
+        return Fit.NEVER
+    if need > budget - committed:
+        return Fit.NOT_NOW
+    return Fit.FITS
+
+
+@attrs.frozen
+class LedgerView:
+    """What an admission strategy sees of one device's ledger: values, read at one moment.
+
+    :ivar device: the ledger's device (``"cuda:0"``).
+    :ivar budget: the authority's budget in bytes.
+    :ivar committed: bytes reserved now, by every session on the device.
+    :ivar held: bytes the asking session holds now (weights, persistent workspace, ...).
+    :ivar granularity: the accounting granule; requests are charged rounded up to it.
+    """
+
+    device: str
+    budget: int
+    committed: int
+    held: int
+    granularity: int
+
+    def round_up(self, nbytes: int) -> int:
+        """Bytes charged for a request of ``nbytes``."""
+        return align_up(nbytes, self.granularity)
+
+    def fit(self, need: int, budget: int | None = None) -> Fit:
+        """:func:`fit` for ``need`` bytes on top of what the session holds, within ``budget``
+        (default: the whole budget)."""
+        return fit(need, budget=self.budget if budget is None else budget,
+                   committed=self.committed, held=self.held)
+
+
+class MemoryPolicy(Protocol):
+    """What ``onnx_ep_select_memory_policy`` returns: how a session keeps its weights.
+
+    :ivar name: shown in ``Session.resources()`` (``"full_resident"``).
+    :ivar streams: ``False``: every weight is resident for the session's life. ``True``:
+        weights stay in host memory and page into a bounded window before the steps that
+        read them (docs/MEMORY.md); the session then reads ``window_bytes`` (``None``
+        sizes the window itself) and hands the window it builds to the policy as
+        ``store``, whose ``counters()`` the policy may report.
+    """
+
+    name: str
+    streams: bool
+
+    def counters(self) -> dict[str, int]:
+        """Paging counters for ``Session.resources()``: at least ``page_ins``,
+        ``evictions`` and ``bytes_moved`` (all 0 for a policy that never pages)."""
+        ...
 
 
 #: host allocations are accounted in 64-byte granules (numpy's alignment); CUDA uses 2 MiB
@@ -138,12 +213,13 @@ class DeviceMemoryAuthority:
 
     def _check_fits(self, charged: int, holder: str, role: Role | None) -> None:
         what = f" for {role.value}" if role is not None else ""
-        if charged > self.budget:
+        verdict = fit(charged, budget=self.budget, committed=self._committed)
+        if verdict is Fit.NEVER:
             raise CapacityUnavailable(
                 f"{holder} asked {charged} bytes{what} on {self.device}, more than the whole "
                 f"budget of {self.budget} bytes; raise memory_limit or use a smaller model/batch",
                 requested=charged, available=self.budget - self._committed, holder=holder)
-        if charged > self.budget - self._committed:
+        if verdict is Fit.NOT_NOW:
             raise TierExhausted(
                 f"{holder} asked {charged} bytes{what} on {self.device} but only "
                 f"{self.budget - self._committed} of {self.budget} are free now; retry later",
@@ -170,12 +246,13 @@ class DeviceMemoryAuthority:
             extra = new_charged - r.nbytes
             if extra <= 0:
                 return
-            if new_charged > self.budget:
+            verdict = fit(extra, budget=self.budget, committed=self._committed, held=r.nbytes)
+            if verdict is Fit.NEVER:
                 raise CapacityUnavailable(
                     f"{r.holder}: growing {r.role.value} to {new_charged} bytes exceeds the "
                     f"whole budget of {self.budget} bytes on {self.device}",
                     requested=extra, available=self.budget - self._committed, holder=r.holder)
-            if extra > self.budget - self._committed:
+            if verdict is Fit.NOT_NOW:
                 raise TierExhausted(
                     f"{r.holder}: growing {r.role.value} by {extra} bytes does not fit; "
                     f"{self.budget - self._committed} free on {self.device}",
@@ -215,8 +292,16 @@ class DeviceMemoryAuthority:
                     "by_role": by_role, "by_holder": by_holder}
 
     def held_by(self, holder: str) -> int:
+        """Bytes reserved under exactly ``holder`` (a run's ``session-3/run-7`` is its own)."""
         with self._lock:
             return sum(r.nbytes for r in self._live.values() if r.holder == holder)
+
+    def view(self, session: str) -> LedgerView:
+        """A :class:`LedgerView` of this ledger now, with ``session``'s holdings."""
+        held = self.held_by(session)
+        with self._lock:
+            return LedgerView(self.device, self.budget, self._committed, held,
+                              self.granularity)
 
 
 class Grant:

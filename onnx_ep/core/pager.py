@@ -1,4 +1,7 @@
-"""Weight streaming on a device: weights paged through one stable address range.
+"""Weight streaming: the windows weights page through, on the host and on a device.
+
+On the host, :class:`WeightStore` keeps an LRU of weight copies in a bounded window
+charged to the authority as one ``weights`` reservation.
 
 A device session whose memory policy streams (docs/MEMORY.md) uploads no weight into
 ordinary blocks. :class:`DevicePager` lays every initializer read on the device into one
@@ -28,13 +31,15 @@ from __future__ import annotations
 
 import collections
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from onnx_ep.core.kernel import TensorSpec
-from onnx_ep.core.memory import DeviceMemoryAuthority, Role, align_up
+from onnx_ep.core.memory import (DeviceMemoryAuthority, Fit, Reservation, Role, align_up,
+                                 allocate_host, fit)
 from onnx_ep.errors import CapacityUnavailable, PlanError
 
 #: byte alignment of each weight inside the region (cuBLASLt and vector loads want >= 16)
@@ -119,7 +124,8 @@ class DevicePager:
             n_window = min(n_pages, max(need, free // 2 // P))
         else:
             n_window = min(n_pages, int(window_bytes) // P)
-        if n_window < need or authority.round_up(n_window * P) > free:
+        if n_window < need or fit(authority.round_up(n_window * P), budget=authority.budget,
+                                  committed=authority.committed) is not Fit.FITS:
             fits = authority.budget - free + need * P
             where = (f"the streaming window is {int(window_bytes)} bytes"
                      if window_bytes is not None and n_window < need else
@@ -289,3 +295,82 @@ class DevicePager:
                 self.region.close()
             finally:
                 self.reservation.release()
+
+
+class WeightStore:
+    """The window: LRU of paged-in weights under one WEIGHTS reservation.
+
+    ``page_in`` pins the weights of the step being run so they are never
+    evicted under it. A step whose weights exceed the window is refused at
+    bind time (:exc:`CapacityUnavailable`), not halfway through a run.
+    """
+
+    def __init__(self, host: Mapping[int, np.ndarray], step_reads: Sequence[Sequence[int]],
+                 window_bytes: int | None, authority: DeviceMemoryAuthority,
+                 holder: str) -> None:
+        """:param step_reads: per step, the weight slots it reads (paged in together)."""
+        self.host = dict(host)
+        self._sizes = {s: authority.round_up(a.nbytes) for s, a in self.host.items()}
+        # a step's need in the same granule-rounded bytes page_in charges the window
+        need = max((sum(self._sizes[s] for s in reads) for reads in step_reads), default=0)
+        total = sum(self._sizes.values())
+        if window_bytes is None:
+            window_bytes = min(total, max(need, authority.available // 2))
+            if fit(authority.round_up(window_bytes), budget=authority.budget,
+                   committed=authority.committed) is not Fit.FITS:
+                raise CapacityUnavailable(
+                    f"{holder}: one step reads {need} weight bytes at once but only "
+                    f"{authority.available} bytes of the {authority.budget}-byte budget on "
+                    f"{authority.device} are free for the streaming window; raise memory_limit",
+                    requested=need, available=authority.available, holder=holder)
+        if window_bytes < need:
+            raise CapacityUnavailable(
+                f"{holder}: one step reads {need} weight bytes at once but the streaming "
+                f"window is {window_bytes} bytes; raise memory_limit",
+                requested=need, available=window_bytes, holder=holder)
+        self.window_bytes = int(window_bytes)
+        self.reservation: Reservation = authority.reserve(self.window_bytes, Role.WEIGHTS, holder)
+        self._resident: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._used = 0
+        self._lock = threading.Lock()
+        self.page_ins = self.evictions = self.bytes_moved = 0
+
+    def page_in(self, slots: Sequence[int]) -> list[np.ndarray]:
+        """Make ``slots`` resident (evicting LRU others) and return their window copies."""
+        out = []
+        with self._lock:
+            pinned = set(slots)
+            for s in slots:
+                buf = self._resident.get(s)
+                if buf is not None:
+                    self._resident.move_to_end(s)
+                    out.append(buf)
+                    continue
+                size = self._sizes[s]
+                while self._used + size > self.window_bytes:
+                    victim = next(v for v in self._resident if v not in pinned)
+                    del self._resident[victim]
+                    self._used -= self._sizes[victim]
+                    self.evictions += 1
+                src = self.host[s]
+                if src.dtype == object:   # strings have no fixed-size bytes to page
+                    view = src.copy()
+                else:
+                    view = allocate_host(src.nbytes, self.reservation).view(
+                        src.dtype).reshape(src.shape)
+                    np.copyto(view, src)
+                self._resident[s] = view
+                self._used += size
+                self.page_ins += 1
+                self.bytes_moved += src.nbytes
+                out.append(view)
+        return out
+
+    def counters(self) -> dict[str, int]:
+        return {"page_ins": self.page_ins, "evictions": self.evictions,
+                "bytes_moved": self.bytes_moved, "window_bytes": self.window_bytes,
+                "resident_bytes": self._used}
+
+    def close(self) -> None:
+        self._resident.clear()
+        self.reservation.release()

@@ -14,7 +14,8 @@ from typing import Any
 import attrs
 
 from onnx_ep.core.graph import Graph, Node
-from onnx_ep.core.kernel import NodeMeta, Provider, TensorSpec
+from onnx_ep.core.kernel import NodeMeta, TensorSpec
+from onnx_ep.core.provider import Provider
 from onnx_ep.core.registry import KernelRegistry, bind_kernel
 
 HOST = "cpu"

@@ -296,6 +296,8 @@ class ExecutionPlan:
     prebound: list[tuple[Any, ...]] | None = None
     #: per step, the device workspace views (device sessions), else None
     device_workspaces: list[Any] | None = None
+    #: capture segments and seams (``core/capture.py``), set after the first run on a device
+    capture: Any = None
 
 
 def infer_specs(light_model: onnx.ModelProto | None, graph: Graph,

@@ -1,18 +1,20 @@
 """Kernel lookup by (domain, op_type, opset, provider, dtypes).
 
 The registry is filled by the ``onnx_ep_register_providers`` and
-``onnx_ep_register_kernels`` hooks (see ``plugins/manager.py``); every entry
+``onnx_ep_register_kernels`` hooks (see ``core/plugin_manager.py``); every entry
 records the plugin that registered it, so errors can name it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from types import ModuleType
 from typing import Any
 
 import attrs
 
-from onnx_ep.core.kernel import Kernel, NodeMeta, Provider, Support, check_kernel
+from onnx_ep.core.kernel import Kernel, NodeMeta, Support, check_kernel, check_runner
+from onnx_ep.core.provider import Provider
 from onnx_ep.errors import KernelConflictError, KernelContractError, NoKernelError, PluginError
 
 
@@ -152,4 +154,24 @@ def bind_kernel(kernel: Kernel, meta: NodeMeta) -> Kernel:
     if bind is None:
         return kernel
     bound = bind(meta)
-    return bound if bound is not None else kernel
+    if bound is None or bound is kernel:
+        return kernel
+    why = check_runner(bound)
+    if why is not None:
+        raise KernelContractError(f"{kernel!r}.bind() for node {meta.name!r} returned "
+                                  f"{type(bound).__name__}, which breaks the Kernel protocol: "
+                                  f"{why}")
+    return bound
+
+
+def register_kernel_modules(register: Callable[..., None], modules: Iterable[ModuleType],
+                            provider: str) -> None:
+    """Register the ``KERNELS`` list of each module in ``modules`` for ``provider``.
+
+    The built-in providers keep their kernels in op-family modules and pass those modules
+    here from their ``onnx_ep_register_kernels`` hook; a third-party provider can do the
+    same.
+    """
+    for module in modules:
+        for kernel in module.KERNELS:
+            register(kernel, provider=provider)

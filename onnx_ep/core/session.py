@@ -21,7 +21,8 @@ import attrs
 import numpy as np
 import onnx
 
-from onnx_ep.core.admission import AdmissionRequest, describe, reserve_for_run
+from onnx_ep.core.capture import segment
+from onnx_ep.core.admission import AdmissionRequest, admit, reserve_for_run, strategy_name
 from onnx_ep.core.device import DeviceBinding
 from onnx_ep.core.executor import Executor
 from onnx_ep.core.feeds import FeedBinder
@@ -36,7 +37,9 @@ from onnx_ep.core.graph import (
 from onnx_ep.core.kernel import TensorSpec, WorkspaceView
 from onnx_ep.core.memory import Reservation, Role, allocate_host, authority_for
 from onnx_ep.core.options import RunOptions, SessionOptions
+from onnx_ep.core.pager import WeightStore
 from onnx_ep.core.placement import place
+from onnx_ep.core.plugin_manager import plugins_for, resolve_providers, selection
 from onnx_ep.core.planner import (
     ExecutionPlan,
     Program,
@@ -47,10 +50,7 @@ from onnx_ep.core.planner import (
     program_io,
     workspace_views,
 )
-from onnx_ep.errors import FeedError, OnnxEpWarning, PlanError, ProviderUnavailable
-from onnx_ep.plugins.admission import forced_admission
-from onnx_ep.plugins.policies import WeightStore, forced_policy
-from onnx_ep.plugins.manager import Runtime, runtime_for
+from onnx_ep.errors import FeedError, OnnxEpWarning, PlanError
 
 log = logging.getLogger("onnx_ep")
 _session_ids = itertools.count(1)
@@ -63,42 +63,6 @@ class NodeArg:
     name: str
     shape: list[Any]
     type: str
-
-
-def resolve_providers(requested: Sequence[str] | None, runtime: Runtime) -> list[str]:
-    """Validate ``requested`` against the registry; ``None`` means the comma-separated list in
-    the ``ONNX_EP_PROVIDERS`` environment variable when it is set, else all available, best
-    first.
-
-    :raises ProviderUnavailable: for an unknown or unavailable provider.
-    """
-    reg = runtime.registry
-    available = reg.available()
-    if requested is None:
-        env = [p.strip() for p in os.environ.get("ONNX_EP_PROVIDERS", "").split(",") if p.strip()]
-        if not env:
-            return available
-        requested = env
-    out: list[str] = []
-    for name in requested:
-        if not isinstance(name, str):
-            # onnxruntime also accepts (name, options) tuples
-            name = name[0]
-        prov = reg.providers.get(name)
-        if prov is None:
-            hint = ("install the CUDA extra (pip install 'onnx-ep[cuda]') on a machine with "
-                    "an NVIDIA GPU" if name == "cuda" else
-                    "check the spelling, or install the plugin that provides it")
-            raise ProviderUnavailable(name, f"no such provider is registered; {hint}",
-                                      available)
-        verdict = prov.is_available()
-        if not verdict:
-            raise ProviderUnavailable(name, verdict.reason, available)
-        if name not in out:
-            out.append(name)
-    if not out:
-        raise ProviderUnavailable("", "providers= is empty", available)
-    return out
 
 
 class Session:
@@ -122,14 +86,14 @@ class Session:
         self.options = options or SessionOptions()
         if self.options.log_level is not None:
             log.setLevel(self.options.log_level.upper())
-        self._runtime = runtime_for(plugins)
-        self._runtime.check()
+        self._plugins = plugins_for(plugins)
+        self._plugins.check()
         self._providers = resolve_providers(
-            providers if providers is not None else self.options.providers, self._runtime)
+            providers if providers is not None else self.options.providers, self._plugins)
         proto = load_model(model)
         self._light = light_model_for_inference(proto)
         self._graph: Graph = build_graph(proto, self._light)
-        self._executor = Executor(self._runtime.registry, self._providers)
+        self._executor = Executor(self._plugins.registry, self._providers)
         self.holder = f"session-{next(_session_ids)}"
         self._device: DeviceBinding | None = None
         self._programs: dict[frozenset[str], Program] = {}
@@ -155,7 +119,7 @@ class Session:
                  "(streaming %s), admission %s", self.holder, len(self._graph.nodes),
                  self._program.placement.count_by_provider(), self._authority.budget,
                  self._authority.device, self.memory_policy.name,
-                 "on" if self.memory_policy.streams else "off", describe(self._admission))
+                 "on" if self.memory_policy.streams else "off", strategy_name(self._admission))
         self._notify("onnx_ep_session_created", session=self)
 
     def _build_program(self, host_only: frozenset[str] = frozenset()) -> Program:
@@ -167,7 +131,7 @@ class Session:
         prog = self._programs.get(host_only)
         if prog is not None:
             return prog
-        reg = self._runtime.registry
+        reg = self._plugins.registry
         placement = place(self._graph, reg, self._providers, host_only)
         devices = placement.devices
         if not devices:
@@ -202,15 +166,17 @@ class Session:
         """Join the device's authority, choose policy and admission, reserve the weights."""
         self._authority = (self._device.authority if self._device is not None
                            else authority_for("cpu", self.options.memory_limit))
-        hook = self._runtime.pm.hook
-        self._admission = (forced_admission(self.options)
-                           or hook.onnx_ep_select_admission_strategy(options=self.options))
+        hook = self._plugins.pm.hook
+        self._admission = selection("onnx_ep_select_admission_strategy", "admit",
+                                  hook.onnx_ep_select_admission_strategy(options=self.options))
         # plan a static signature first even when the policy is forced: on a device its
         # arena is bound before the weights, which take what is left
         peak = self._static_peak()
-        self.memory_policy = forced_policy(self.options) or hook.onnx_ep_select_memory_policy(
-            model_bytes=self._graph.weight_bytes, planned_peak=peak,
-            budget=self._authority.budget, options=self.options)
+        self.memory_policy = selection("onnx_ep_select_memory_policy", "counters",
+                                     hook.onnx_ep_select_memory_policy(
+                                         model_bytes=self._graph.weight_bytes,
+                                         planned_peak=peak, budget=self._authority.budget,
+                                         options=self.options))
         self._held: list[Reservation] = []      # session-lifetime reservations
         #: the executor's weight source when streaming: a host WeightStore or a DevicePager
         self._weights: Any = None
@@ -279,7 +245,22 @@ class Session:
                 "policy": {"name": self.memory_policy.name,
                            "streaming": bool(self.memory_policy.streams),
                            "counters": self.memory_policy.counters()},
-                "admission": describe(self._admission), "plans": plans}
+                "admission": strategy_name(self._admission), "plans": plans}
+
+    def capture_report(self) -> dict[str, Any]:
+        """Per planned signature on a device: the capture segments and the seams between
+        them with their reasons (``core/capture.py``), once that signature has run once.
+
+        JSON-ready. A host-only session has no device plans, so ``plans`` is empty.
+        """
+        plans = []
+        for p in list(self._plans.values()):
+            if p.capture is None:
+                continue
+            names = [st.name for st in p.program.steps]
+            plans.append({"signature": _sig_str(p.signature), "steps": len(names),
+                          **p.capture.report(names)})
+        return {"holder": self.holder, "device": self._authority.device, "plans": plans}
 
     # ---------------------------------------------------------------- metadata
     def get_inputs(self) -> list[NodeArg]:
@@ -393,6 +374,9 @@ class Session:
                 r.release()
         self.stats["runs"] += 1
         self._last_program = plan.program
+        if plan.capture is None and self._device is not None:
+            # the warm-up run has taken each kernel's route: ask who may be captured now
+            plan.capture = segment(plan.program.steps)
         self._notify("onnx_ep_run_finished", session=self,
                      stats={"seconds": time.perf_counter() - t0, "planned": planned,
                             "signature": signature})
@@ -476,11 +460,9 @@ class Session:
                 # a device plan holds its arena and workspaces for the session's life: admit
                 # the whole of it now, before any run uses it
                 ws = plan.workspace
-                request = AdmissionRequest(f"{self.holder}/plan", plan.arena.size,
-                                           ws.step_peak, ws.session_peak)
-                decision = self._admission.admit(request, self._authority)
-                if decision.refusal is not None:
-                    raise decision.refusal
+                admit(self._admission, AdmissionRequest(
+                    self.holder, f"{self.holder}/plan", plan.arena.size, ws.step_peak,
+                    ws.session_peak), self._authority)
                 device.bind_plan(plan)
             self._plans[signature] = plan
             self.stats["plans"] += 1
@@ -495,10 +477,8 @@ class Session:
         ws = plan.workspace
         have = self._persistent.requested if self._persistent is not None else 0
         growth = max(0, ws.session_peak - have)
-        request = AdmissionRequest(holder, plan.arena.size, ws.step_peak, growth)
-        decision = self._admission.admit(request, self._authority)
-        if decision.refusal is not None:
-            raise decision.refusal
+        request = AdmissionRequest(self.holder, holder, plan.arena.size, ws.step_peak, growth)
+        admit(self._admission, request, self._authority)
         if growth:
             self._grow_persistent(ws.session_peak)
         return reserve_for_run(request, self._authority)
@@ -546,7 +526,7 @@ class Session:
 
     def _notify(self, hook: str, **kwargs: Any) -> None:
         """Call every observer of ``hook``; one that raises becomes a warning, not a failure."""
-        for impl in getattr(self._runtime.pm.hook, hook).get_hookimpls():
+        for impl in getattr(self._plugins.pm.hook, hook).get_hookimpls():
             try:
                 impl.function(**{a: kwargs[a] for a in impl.argnames})
             except Exception as exc:

@@ -46,9 +46,9 @@ def device_runtime(device: str) -> Any:
 
     :raises ProviderUnavailable: no available provider runs on that device type.
     """
-    from onnx_ep.plugins.manager import default_runtime
+    from onnx_ep.core.plugin_manager import default_plugins
 
-    registry = default_runtime().registry
+    registry = default_plugins().registry
     kind = device_type(device)
     tried = []
     for prov in sorted(registry.providers.values(), key=lambda p: -p.priority):

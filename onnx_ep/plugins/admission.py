@@ -1,13 +1,21 @@
-"""Built-in admission strategies: ``strict`` and ``headroom`` (registered ``trylast``)."""
+"""Built-in admission strategies ``strict`` and ``headroom``: a plugin like any other.
+
+The default (``strict``) answers ``trylast``, so any plugin's strategy wins over it. An
+explicit ``SessionOptions(admission="strict" | "headroom")`` beats every plugin: the
+wrapper below replaces whatever the other implementations chose.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from typing import Any
 
-from onnx_ep.core.admission import AdmissionDecision, AdmissionRequest
-from onnx_ep.core.memory import DeviceMemoryAuthority
+from onnx_ep.core.admission import AdmissionDecision, AdmissionRequest, AdmissionStrategy
+from onnx_ep.core.hookspecs import hookimpl
+from onnx_ep.core.memory import Fit, LedgerView
 from onnx_ep.errors import CapacityUnavailable, OptionsError, TierExhausted
-from onnx_ep.plugins.hookspecs import hookimpl
+
+BUILTINS = ("strict", "headroom")
 
 
 class StrictAdmission:
@@ -15,9 +23,8 @@ class StrictAdmission:
 
     name = "strict"
 
-    def admit(self, request: AdmissionRequest,
-              authority: DeviceMemoryAuthority) -> AdmissionDecision:
-        return _check(request, authority, reserve_fraction=0.0, name=self.name)
+    def admit(self, request: AdmissionRequest, ledger: LedgerView) -> AdmissionDecision:
+        return _decide(request, ledger, keep_free=0.0, name=self.name)
 
 
 class HeadroomAdmission:
@@ -30,45 +37,38 @@ class HeadroomAdmission:
             raise OptionsError(f"headroom_fraction must be in [0, 1), got {fraction}")
         self.fraction = fraction
 
-    def admit(self, request: AdmissionRequest,
-              authority: DeviceMemoryAuthority) -> AdmissionDecision:
-        return _check(request, authority, reserve_fraction=self.fraction, name=self.name)
+    def admit(self, request: AdmissionRequest, ledger: LedgerView) -> AdmissionDecision:
+        return _decide(request, ledger, keep_free=self.fraction, name=self.name)
 
 
-def _check(request: AdmissionRequest, authority: DeviceMemoryAuthority,
-           reserve_fraction: float, name: str) -> AdmissionDecision:
-    need = sum(authority.round_up(n) for n in
+def _decide(request: AdmissionRequest, ledger: LedgerView, keep_free: float,
+            name: str) -> AdmissionDecision:
+    need = sum(ledger.round_up(n) for n in
                (request.activations, request.workspace_step, request.growth))
-    usable = int(authority.budget * (1.0 - reserve_fraction))
-    held = authority.held_by(request.holder.split("/")[0])
-    if need + held > usable:
+    usable = int(ledger.budget * (1.0 - keep_free))
+    verdict = ledger.fit(need, usable)
+    if verdict is Fit.NEVER:
         return AdmissionDecision(CapacityUnavailable(
             f"{request.holder} needs {need} bytes (activations {request.activations}, "
             f"step workspace {request.workspace_step}, growth {request.growth}) on top of "
-            f"{held} held by its session; {name} admission allows {usable} of the "
-            f"{authority.budget}-byte budget on {authority.device}. Raise memory_limit, "
+            f"{ledger.held} held by {request.session}; {name} admission allows {usable} of "
+            f"the {ledger.budget}-byte budget on {ledger.device}. Raise memory_limit, "
             f"lower the batch or sequence length, or use weight_streaming",
-            requested=need, available=usable - held, holder=request.holder))
-    free = usable - authority.committed
-    if need > free:
+            requested=need, available=usable - ledger.held, holder=request.holder))
+    if verdict is Fit.NOT_NOW:
+        free = max(usable - ledger.committed, 0)
         return AdmissionDecision(TierExhausted(
-            f"{request.holder} needs {need} bytes but only {max(free, 0)} are free now on "
-            f"{authority.device} ({name} admission, budget {authority.budget}); retry later",
-            requested=need, available=max(free, 0), holder=request.holder))
+            f"{request.holder} needs {need} bytes but only {free} are free now on "
+            f"{ledger.device} ({name} admission, budget {ledger.budget}); retry later",
+            requested=need, available=free, holder=request.holder))
     return AdmissionDecision()
 
 
-def forced_admission(options: Any) -> Any:
-    """The built-in strategy named by ``options.admission``, else None.
+def builtin_strategy(choice: str, options: Any) -> AdmissionStrategy:
+    """The built-in strategy called ``choice``.
 
-    An explicit choice of a built-in beats every plugin's hook; another name is
-    left for plugins (and refused by the built-in hook if none answers).
+    :raises OptionsError: ``choice`` names no built-in.
     """
-    choice = getattr(options, "admission", None)
-    return _builtin(choice, options) if choice in ("strict", "headroom") else None
-
-
-def _builtin(choice: str, options: Any) -> Any:
     if choice == "strict":
         return StrictAdmission()
     if choice == "headroom":
@@ -78,6 +78,15 @@ def _builtin(choice: str, options: Any) -> Any:
                        f"onnx_ep_select_admission_strategy)")
 
 
-@hookimpl(trylast=True)
-def onnx_ep_select_admission_strategy(options: Any) -> Any:
-    return _builtin(getattr(options, "admission", None) or "strict", options)
+@hookimpl(wrapper=True)
+def onnx_ep_select_admission_strategy(options: Any) -> Generator[None, Any, Any]:
+    # an explicit choice of a built-in beats every plugin; another name is left to them
+    chosen = yield
+    choice = getattr(options, "admission", None)
+    return builtin_strategy(choice, options) if choice in BUILTINS else chosen
+
+
+@hookimpl(trylast=True, specname="onnx_ep_select_admission_strategy")
+def default_admission_strategy(options: Any) -> AdmissionStrategy:
+    # reached only when no plugin answered: a name no plugin knows is an error here
+    return builtin_strategy(getattr(options, "admission", None) or "strict", options)

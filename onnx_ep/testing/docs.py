@@ -1,7 +1,7 @@
 """Generate docs/OPERATORS.md (and the parity table in docs/PARITY.md) from the registry.
 
 The operator table is built from what the ``cpu_reference`` provider registers
-(``build_runtime(entry_points=False).registry``), the installed onnx's operator
+(``build_plugins(entry_points=False).registry``), the installed onnx's operator
 schemas, and a committed node-suite results file, ``docs/node_suite_results.json``.
 That file is written only by ``--refresh-results`` (a full run of onnx's node test
 suite, a few minutes); it stores each case's status, reason and top-level op types,
@@ -408,9 +408,9 @@ def expected_files(root: Path = ROOT, results: Mapping[str, Any] | None = None,
                    registry: Any = None) -> dict[Path, str]:
     """``{relative path: content it should have}`` for every generated file."""
     if registry is None:
-        from onnx_ep.plugins.manager import build_runtime
+        from onnx_ep.core.plugin_manager import build_plugins
 
-        registry = build_runtime(entry_points=False).registry
+        registry = build_plugins(entry_points=False).registry
     if results is None:
         results = load_results(root)
     files = {OPERATORS_MD: render_operators(registry, results, load_cuda_results(root))}

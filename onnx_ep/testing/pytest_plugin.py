@@ -102,9 +102,9 @@ class ParityChecker:
 
 def _skip_if_unavailable(provider: str, plugins: Sequence[Any]) -> None:
     """Skip when ``provider`` is registered but cannot run here; unknown names fail later."""
-    from onnx_ep.plugins.manager import runtime_for
+    from onnx_ep.core.plugin_manager import plugins_for
 
-    registered = runtime_for(plugins).registry.providers.get(provider)
+    registered = plugins_for(plugins).registry.providers.get(provider)
     if registered is None:
         return
     verdict = registered.is_available()

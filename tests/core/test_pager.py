@@ -111,7 +111,7 @@ def test_a_step_needing_more_than_the_window_is_refused_at_load_saying_what_fits
 
 
 def test_a_window_forced_below_one_step_is_refused():
-    from onnx_ep.plugins.policies import WeightStreaming
+    from onnx_ep import WeightStreaming
 
     class Tiny:
         @onnx_ep.hookimpl
@@ -229,7 +229,7 @@ def test_a_view_of_a_weight_is_paged_in_again_before_the_step_that_reads_it():
     import onnx
     from onnx import TensorProto, helper
 
-    from onnx_ep.plugins.policies import WeightStreaming
+    from onnx_ep import WeightStreaming
     from tests.helpers.oracle import ORACLE_IR_VERSION
 
     rng = np.random.default_rng(8)

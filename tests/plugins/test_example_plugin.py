@@ -24,7 +24,7 @@ except ImportError:  # Python 3.10: the tomli backport (a dependency there)
 import onnx_ep
 from onnx_ep import NodeMeta, NoKernelError, TensorSpec, WorkspaceView
 from onnx_ep.errors import WorkspaceTooSmall
-from onnx_ep.plugins import manager
+from onnx_ep.core import plugin_manager as manager
 from tests.helpers.oracle import node_model
 from tests.helpers.plugins import write_dist_info
 
@@ -70,7 +70,7 @@ def _forget_example_modules() -> dict[str, object]:
 @pytest.fixture
 def isolated_runtime(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A fresh default-runtime cache and a fresh import of the example package."""
-    monkeypatch.setattr(manager, "_default_runtime", {})
+    monkeypatch.setattr(manager, "_default_plugins", {})
     saved = _forget_example_modules()
     yield
     _forget_example_modules()
@@ -185,14 +185,14 @@ def test_plugins_env_can_exclude_the_example(example_entry_point: Path,
         onnx_ep.Session(swish2_model(x))
     assert info.value.op == "com.example::Swish2"
     assert info.value.tried == {"cpu_reference": "no kernel"}
-    assert "example" not in manager.default_runtime().plugin_names
+    assert "example" not in manager.default_plugins().plugin_names
 
 
 @pytest.mark.parametrize("value", ["example", "other, example", " example "])
 def test_plugins_env_naming_the_example_loads_it(example_entry_point: Path,
                                                  monkeypatch: pytest.MonkeyPatch, value: str):
     monkeypatch.setenv(manager.PLUGINS_ENV, value)
-    assert "example" in manager.default_runtime().plugin_names
+    assert "example" in manager.default_plugins().plugin_names
     x = np.ones(3, np.float32)
     (y,) = onnx_ep.Session(swish2_model(x)).run(None, {"x": x})
     np.testing.assert_allclose(y, swish2_numpy(x, 1.0), rtol=1e-6)
@@ -259,7 +259,7 @@ def test_installed_distribution_registers_swish2(isolated_runtime: None,
     eps = [ep for ep in dist.entry_points if ep.group == manager.ENTRY_POINT_GROUP]
     assert [(ep.name, ep.value) for ep in eps] == [("example", PACKAGE)]
     monkeypatch.setenv(manager.PLUGINS_ENV, "example")
-    runtime = manager.default_runtime()
+    runtime = manager.default_plugins()
     assert "example" in runtime.plugin_names
     assert [e.plugin for e in runtime.registry.entries("cpu_reference")
             if e.kernel.key.domain == DOMAIN] == ["example"]

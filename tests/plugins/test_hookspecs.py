@@ -1,4 +1,4 @@
-"""Every hook in onnx_ep/plugins/hookspecs.py, round-tripped through an in-process plugin.
+"""Every hook in onnx_ep/core/hookspecs.py, round-tripped through an in-process plugin.
 
 Each test passes a small plugin object as ``Session(model, plugins=[obj])`` and
 checks what the session does with the hook's answer; the plugin never leaks into
@@ -15,9 +15,10 @@ import pytest
 
 import onnx_ep
 from onnx_ep import NoKernelError, OpKey, Provider, SessionOptions
-from onnx_ep.core.admission import AdmissionDecision
-from onnx_ep.errors import OnnxEpWarning, TierExhausted
-from onnx_ep.plugins import hookspecs, manager
+from onnx_ep import AdmissionDecision, LedgerView
+from onnx_ep.errors import OnnxEpWarning, OptionsError, PluginError, TierExhausted
+from onnx_ep.core import hookspecs
+from onnx_ep.core import plugin_manager as manager
 from onnx_ep.plugins.policies import POLICY_ENV
 from tests.helpers.oracle import node_model
 from tests.helpers.plugins import TEST_DOMAIN, KernelPlugin, PlainKernel, custom_model
@@ -99,7 +100,7 @@ def test_onnx_ep_register_kernels_accepts_a_module_as_plugin(x: np.ndarray):
         register(PlainKernel(key, np.negative), provider="cpu_reference")
 
     module.onnx_ep_register_kernels = onnx_ep_register_kernels  # type: ignore[attr-defined]
-    runtime = manager.build_runtime([module], entry_points=False)
+    runtime = manager.build_plugins([module], entry_points=False)
     assert "tests_inline_plugin" in runtime.plugin_names
     assert [e.plugin for e in runtime.registry.entries("cpu_reference")
             if e.kernel.key == key] == ["tests_inline_plugin"]
@@ -186,13 +187,15 @@ class AdmissionPlugin:
     def __init__(self, *, refuse: bool = False) -> None:
         self.refuse = refuse
         self.requests: list[Any] = []
+        self.ledgers: list[Any] = []
 
     @onnx_ep.hookimpl
     def onnx_ep_select_admission_strategy(self, options: Any) -> Any:
         return self
 
-    def admit(self, request: Any, authority: Any) -> AdmissionDecision:
+    def admit(self, request: Any, ledger: Any) -> AdmissionDecision:
         self.requests.append(request)
+        self.ledgers.append(ledger)
         if self.refuse:
             return AdmissionDecision(TierExhausted(
                 f"{request.holder}: refused by the test strategy", requested=request.total,
@@ -211,8 +214,45 @@ def test_onnx_ep_select_admission_strategy_plugin_strategy_admits_every_run(x: n
         sess.run(None, {"x": x})
         assert [r.holder for r in plugin.requests] == [f"{sess.holder}/run-1",
                                                        f"{sess.holder}/run-2"]
+        # the strategy gets values: which session asks, and the ledger with its holdings
+        assert {r.session for r in plugin.requests} == {sess.holder}
+        res = sess.resources()
+        for ledger in plugin.ledgers:
+            assert isinstance(ledger, LedgerView)
+            assert (ledger.device, ledger.budget) == (res["device"], res["budget"])
+            assert ledger.held == res["held_by_session"]
     finally:
         sess.close()
+
+
+@pytest.mark.parametrize("choice", ["strict", "headroom"])
+def test_onnx_ep_select_admission_strategy_named_builtin_beats_plugins(x: np.ndarray,
+                                                                       choice: str):
+    plugin = AdmissionPlugin()
+    sess = onnx_ep.Session(node_model("Identity", {"x": x}),
+                           options=SessionOptions(admission=choice), plugins=[plugin])
+    try:
+        sess.run(None, {"x": x})
+        assert sess.resources()["admission"] == choice and plugin.requests == []
+    finally:
+        sess.close()
+
+
+def test_onnx_ep_select_admission_strategy_unknown_name_without_a_plugin_is_refused(
+        x: np.ndarray):
+    with pytest.raises(OptionsError, match="unknown admission strategy 'fair'"):
+        onnx_ep.Session(node_model("Identity", {"x": x}),
+                        options=SessionOptions(admission="fair"))
+
+
+def test_a_selection_hook_answer_without_the_protocol_method_is_a_plugin_error(x: np.ndarray):
+    class Broken:
+        @onnx_ep.hookimpl
+        def onnx_ep_select_admission_strategy(self, options: Any) -> Any:
+            return object()
+
+    with pytest.raises(PluginError, match="has no admit"):
+        onnx_ep.Session(node_model("Identity", {"x": x}), plugins=[Broken()])
 
 
 def test_onnx_ep_select_admission_strategy_refusal_stops_the_run(x: np.ndarray):

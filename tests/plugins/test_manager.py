@@ -16,7 +16,7 @@ import pytest
 import onnx_ep
 from onnx_ep import NoKernelError, OpKey, Parity, PluginError, Provider
 from onnx_ep.errors import KernelConflictError, KernelContractError
-from onnx_ep.plugins import manager
+from onnx_ep.core import plugin_manager as manager
 from tests.helpers.plugins import (
     TEST_DOMAIN,
     KernelPlugin,
@@ -35,14 +35,14 @@ def x() -> np.ndarray:
 
 @pytest.fixture
 def fresh_default_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(manager, "_default_runtime", {})
+    monkeypatch.setattr(manager, "_default_plugins", {})
 
 
 def _builtin_counts() -> dict[str, int]:
-    return manager.build_runtime(entry_points=False).registry.kernel_counts()
+    return manager.build_plugins(entry_points=False).registry.kernel_counts()
 
 
-def _keys(runtime: manager.Runtime, provider: str = "cpu_reference") -> set[OpKey]:
+def _keys(runtime: manager.PluginSet, provider: str = "cpu_reference") -> set[OpKey]:
     return {e.kernel.key for e in runtime.registry.entries(provider)}
 
 
@@ -67,7 +67,7 @@ def test_failing_plugin_keeps_none_of_its_kernels_and_spares_the_others():
                        fail_after=1, name="bad")
     good = KernelPlugin([(PlainKernel(good_key), "cpu_reference")], name="good")
 
-    runtime = manager.build_runtime([bad, good], entry_points=False)
+    runtime = manager.build_plugins([bad, good], entry_points=False)
 
     assert [e.plugin for e in runtime.errors] == ["bad"]
     keys = _keys(runtime)
@@ -88,7 +88,7 @@ def test_failing_provider_hook_discards_its_providers_and_then_its_kernels():
             raise RuntimeError("crash after one provider")
 
     plugin = BadProviders([(PlainKernel(KEY), "half_done")], name="bad_providers")
-    runtime = manager.build_runtime([plugin], entry_points=False)
+    runtime = manager.build_plugins([plugin], entry_points=False)
     assert "half_done" not in runtime.registry.providers
     assert [e.plugin for e in runtime.errors] == ["bad_providers", "bad_providers"]
     assert "crash after one provider" in str(runtime.errors[0])
@@ -102,7 +102,7 @@ def test_plugin_that_fails_to_register_with_pluggy_names_itself():
             pass
 
     with pytest.raises(PluginError) as info:
-        manager.build_runtime([Misspelt()], entry_points=False)
+        manager.build_plugins([Misspelt()], entry_points=False)
     assert info.value.plugin == "Misspelt-0"
     assert "registr" in str(info.value)
 
@@ -110,7 +110,7 @@ def test_plugin_that_fails_to_register_with_pluggy_names_itself():
 def test_same_plugin_object_twice_is_a_plugin_error():
     plugin = KernelPlugin(name="twice")
     with pytest.raises(PluginError, match="twice"):
-        manager.build_runtime([plugin, plugin], entry_points=False)
+        manager.build_plugins([plugin, plugin], entry_points=False)
 
 
 def test_hookimpl_with_an_unknown_hook_name_is_a_plugin_error():
@@ -120,7 +120,7 @@ def test_hookimpl_with_an_unknown_hook_name_is_a_plugin_error():
             register(PlainKernel(KEY), provider="cpu_reference")
 
     with pytest.raises(PluginError, match="onnx_ep_register_kernel") as info:
-        manager.build_runtime([Typo()], entry_points=False)
+        manager.build_plugins([Typo()], entry_points=False)
     assert info.value.plugin == "Typo-0"
     assert "onnx_ep_register_kernels" in str(info.value)   # lists the real hook names
 
@@ -174,7 +174,7 @@ class ZeroSince(NoKey):
 def test_malformed_kernel_is_a_contract_error_naming_the_plugin(x: np.ndarray, kernel: Any,
                                                                 why: str):
     plugin = KernelPlugin([(kernel, "cpu_reference")], name="sloppy")
-    runtime = manager.build_runtime([plugin], entry_points=False)
+    runtime = manager.build_plugins([plugin], entry_points=False)
     (err,) = runtime.errors
     assert isinstance(err, KernelContractError) and isinstance(err, TypeError)
     assert err.plugin == "sloppy"
@@ -201,7 +201,7 @@ def test_supports_returning_a_bool_is_a_contract_error_at_placement(x: np.ndarra
 def test_duplicate_kernel_in_one_plugin_is_a_conflict():
     plugin = KernelPlugin([(PlainKernel(KEY), "cpu_reference"),
                            (PlainKernel(KEY), "cpu_reference")], name="dup")
-    runtime = manager.build_runtime([plugin], entry_points=False)
+    runtime = manager.build_plugins([plugin], entry_points=False)
     (err,) = runtime.errors
     assert isinstance(err, KernelConflictError) and isinstance(err, ValueError)
     assert err.plugin == "dup" and str(KEY) in str(err)
@@ -211,7 +211,7 @@ def test_duplicate_kernel_in_one_plugin_is_a_conflict():
 def test_duplicate_kernel_across_plugins_blames_the_later_plugin():
     first = KernelPlugin([(PlainKernel(KEY), "cpu_reference")], name="first")
     second = KernelPlugin([(PlainKernel(KEY), "cpu_reference")], name="second")
-    runtime = manager.build_runtime([first, second], entry_points=False)
+    runtime = manager.build_plugins([first, second], entry_points=False)
     (err,) = runtime.errors
     assert isinstance(err, KernelConflictError)
     assert err.plugin == "second"
@@ -222,13 +222,13 @@ def test_duplicate_kernel_across_plugins_blames_the_later_plugin():
 
 @pytest.mark.parametrize("what", ["kernel", "provider"])
 def test_conflict_with_a_builtin_blames_the_plugin_and_keeps_the_builtin(what: str):
-    some_builtin = next(manager.build_runtime(entry_points=False).registry.entries(
+    some_builtin = next(manager.build_plugins(entry_points=False).registry.entries(
         "cpu_reference")).kernel.key
     if what == "kernel":
         plugin = KernelPlugin([(PlainKernel(some_builtin), "cpu_reference")], name="intruder")
     else:
         plugin = KernelPlugin(providers=[Provider(name="cpu_reference")], name="intruder")
-    runtime = manager.build_runtime([plugin], entry_points=False)
+    runtime = manager.build_plugins([plugin], entry_points=False)
     assert [e.plugin for e in runtime.errors] == ["intruder"]
     assert runtime.registry.provider_plugin("cpu_reference") == "onnx_ep.providers.cpu_reference"
     assert runtime.registry.kernel_counts() == _builtin_counts()
@@ -239,14 +239,14 @@ def test_same_op_on_two_providers_or_two_opsets_is_not_a_conflict():
     plugin = KernelPlugin([(PlainKernel(KEY), "cpu_reference"), (PlainKernel(KEY), "fast"),
                            (PlainKernel(OpKey(TEST_DOMAIN, "AddOne", 3)), "cpu_reference")],
                           providers=[fast])
-    runtime = manager.build_runtime([plugin], entry_points=False)
+    runtime = manager.build_plugins([plugin], entry_points=False)
     assert runtime.errors == []
     assert runtime.registry.kernel_counts()["fast"] == 1
 
 
 def test_kernel_for_unknown_provider_is_a_plugin_error():
     plugin = KernelPlugin([(PlainKernel(KEY), "warp_drive")], name="hopeful")
-    runtime = manager.build_runtime([plugin], entry_points=False)
+    runtime = manager.build_plugins([plugin], entry_points=False)
     (err,) = runtime.errors
     assert type(err) is PluginError
     assert err.plugin == "hopeful"
@@ -263,7 +263,7 @@ def test_kernel_for_unknown_provider_is_a_plugin_error():
       KernelPlugin(providers=[Provider(name="fast")], name="p")], True),
 ], ids=["same-plugin", "two-plugins"])
 def test_provider_registered_twice_is_a_plugin_error(plugins: list[Any], kept: bool):
-    runtime = manager.build_runtime(plugins, entry_points=False)
+    runtime = manager.build_plugins(plugins, entry_points=False)
     (err,) = runtime.errors
     assert type(err) is PluginError
     assert "provider 'fast' is registered twice" in str(err)
@@ -274,7 +274,7 @@ def test_provider_registered_twice_is_a_plugin_error(plugins: list[Any], kept: b
 
 def test_registering_something_that_is_not_a_provider_is_a_plugin_error():
     plugin = KernelPlugin(providers=["fast"], name="stringly")   # type: ignore[list-item]
-    (err,) = manager.build_runtime([plugin], entry_points=False).errors
+    (err,) = manager.build_plugins([plugin], entry_points=False).errors
     assert err.plugin == "stringly" and "expects an onnx_ep.Provider, got str" in str(err)
 
 
@@ -376,12 +376,12 @@ def test_broken_entry_point_is_a_plugin_error_naming_it(tmp_path: Path,
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv(manager.PLUGINS_ENV, "broken")
     with pytest.raises(PluginError) as info:
-        manager.default_runtime()
+        manager.default_plugins()
     assert info.value.plugin == "broken"
     assert "no_such_module_for_onnx_ep_tests" in str(info.value)
     assert isinstance(info.value.__cause__, ImportError)
     monkeypatch.setenv(manager.PLUGINS_ENV, "none")    # narrowing skips it entirely
-    assert "broken" not in manager.default_runtime().plugin_names
+    assert "broken" not in manager.default_plugins().plugin_names
 
 
 def test_entry_point_plugins_are_named_after_the_entry_point(tmp_path: Path,
@@ -397,7 +397,7 @@ def test_entry_point_plugins_are_named_after_the_entry_point(tmp_path: Path,
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "ep_plugin_for_onnx_ep_tests", raising=False)
     monkeypatch.setenv(manager.PLUGINS_ENV, "shortname")
-    runtime = manager.default_runtime()
+    runtime = manager.default_plugins()
     assert "shortname" in runtime.plugin_names
     (err,) = runtime.errors
     assert err.plugin == "shortname" and "entry point plugin bug" in str(err)
@@ -407,25 +407,25 @@ def test_entry_point_plugins_are_named_after_the_entry_point(tmp_path: Path,
 def test_default_runtime_is_built_once_per_plugins_env_value(monkeypatch: pytest.MonkeyPatch,
                                                              fresh_default_runtime: None):
     monkeypatch.setenv(manager.PLUGINS_ENV, "none")
-    a = manager.default_runtime()
-    assert manager.default_runtime() is a
+    a = manager.default_plugins()
+    assert manager.default_plugins() is a
     monkeypatch.setenv(manager.PLUGINS_ENV, "")
-    b = manager.default_runtime()
+    b = manager.default_plugins()
     assert b is not a
     monkeypatch.setenv(manager.PLUGINS_ENV, "none")
-    assert manager.default_runtime() is a
+    assert manager.default_plugins() is a
 
 
 def test_in_process_plugins_get_a_fresh_runtime(fresh_default_runtime: None):
     plugin = KernelPlugin([(PlainKernel(KEY), "cpu_reference")])
-    rt = manager.runtime_for([plugin])
-    assert rt is not manager.default_runtime()
-    assert KEY in _keys(rt) and KEY not in _keys(manager.default_runtime())
-    assert manager.runtime_for([]) is manager.default_runtime()
+    rt = manager.plugins_for([plugin])
+    assert rt is not manager.default_plugins()
+    assert KEY in _keys(rt) and KEY not in _keys(manager.default_plugins())
+    assert manager.plugins_for([]) is manager.default_plugins()
 
 
 def test_builtins_register_through_the_same_hooks():
-    runtime = manager.build_runtime(entry_points=False)
+    runtime = manager.build_plugins(entry_points=False)
     assert runtime.errors == []
     assert runtime.registry.provider_plugin("cpu_reference") == "onnx_ep.providers.cpu_reference"
     assert set(manager.BUILTIN_PLUGINS) <= set(runtime.plugin_names)

@@ -61,7 +61,7 @@ def test_policy_can_be_forced_by_option_and_environment(monkeypatch):
 
 
 def test_a_plugin_policy_hook_wins_over_the_builtins():
-    from onnx_ep.plugins.policies import WeightStreaming
+    from onnx_ep import WeightStreaming
 
     class Always:
         @onnx_ep.hookimpl
@@ -78,7 +78,7 @@ def test_a_step_is_measured_in_the_window_granules_page_in_charges():
     """Two 40-byte weights read by one step need two 64-byte host granules (128 bytes): a
     100-byte window is refused at bind time, not with a failure halfway through a run."""
     from onnx_ep.core.memory import DeviceMemoryAuthority
-    from onnx_ep.plugins.policies import WeightStore
+    from onnx_ep.core.pager import WeightStore
 
     authority = DeviceMemoryAuthority("cpu-test", 1 << 20)
     host = {0: np.zeros(10, np.float32), 1: np.ones(10, np.float32)}

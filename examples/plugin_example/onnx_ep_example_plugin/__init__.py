@@ -6,7 +6,7 @@ onnx-ep finds this module through the entry point in pyproject.toml::
     example = "onnx_ep_example_plugin"
 
 and calls the ``@onnx_ep.hookimpl`` functions below, named after the hooks in
-``onnx_ep/plugins/hookspecs.py``.
+``onnx_ep/core/hookspecs.py``.
 """
 
 from __future__ import annotations
