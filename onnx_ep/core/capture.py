@@ -5,8 +5,8 @@ every step's kernel :meth:`~onnx_ep.core.kernel.Kernel.capture_support` and cuts
 into *segments* (maximal runs of consecutive device steps whose kernel answered SUPPORTED)
 and *seams* (the steps between them, each with the reason it cannot be captured: a host
 step, a copy between host and device, or the kernel's own reason). The answer is kept on
-the plan and reported by ``Session.capture_report()``. See docs/CAPTURE.md for what is
-recorded and replayed today.
+the plan and reported by ``Session.capture_report()``. Recording and replaying the
+segments is not implemented yet; docs/CAPTURE.md says what is.
 """
 
 from __future__ import annotations
