@@ -1,56 +1,72 @@
 """The numpy CPU reference provider: the oracle every other provider is held to.
 
-Kernels live in op-family modules (``elementwise``, ``nn``, ...) each exposing a
-``KERNELS`` list; this module registers them through the same hooks a third
-party uses. Bodies read like the ONNX spec (see docs/PARITY.md for numerics).
+Kernels live in op-family modules, each exposing a ``KERNELS`` list and listed
+by :func:`family_modules`. An op that the CUDA provider implements too sits in
+the module of the same name on both sides (``conv``, ``indexing``, ``softmax``,
+...). This module registers the kernels through the same hooks a third party
+uses. Bodies read like the ONNX spec (see docs/PARITY.md for numerics).
 """
 
 from __future__ import annotations
 
+from types import ModuleType
 
-from onnx_ep.core.kernel import Provider
-from onnx_ep.plugins.hookspecs import RegisterKernel, RegisterProvider, hookimpl
+from onnx_ep.core.hookspecs import RegisterKernel, RegisterProvider, hookimpl
+from onnx_ep.core.provider import Provider
 
 NAME = "cpu_reference"
 
-#: op-family modules of this package; each defines ``KERNELS: list[CpuKernel]``.
-MODULES: tuple[str, ...] = (
-    "attention",
-    "activation",
-    "cast",
-    "control_flow",
-    "conv",
-    "detection",
-    "elementwise",
-    "flex_attention",
-    "gather_scatter",
-    "gemm",
-    "grid",
-    "image",
-    "movement",
-    "normalization",
-    "linalg",
-    "loss",
-    "ml",
-    "optional",
-    "pool",
-    "recent",
-    "quantize",
-    "random_ops",
-    "reduce",
-    "resize",
-    "rnn",
-    "selection",
-    "sequence",
-    "shape",
-    "spectral",
-    "text",
-    "tfidf",
-    "training",
-)
-
 PROVIDER = Provider(name=NAME, device="cpu", priority=0,
                     description="numpy reference kernels (the parity oracle)")
+
+
+def family_modules() -> tuple[ModuleType, ...]:
+    """The op-family modules of this provider; each defines ``KERNELS: list[CpuKernel]``.
+
+    They are imported on the first call, not with the package, so that importing
+    the package (for :data:`PROVIDER` and the hooks) stays cheap.
+    """
+    from onnx_ep.providers.cpu_reference import (
+        activation,
+        attention,
+        cast,
+        control_flow,
+        conv,
+        detection,
+        einsum,
+        elementwise,
+        flex_attention,
+        gemm,
+        image,
+        indexing,
+        linalg,
+        loss,
+        ml,
+        movement,
+        normalization,
+        optional,
+        pool,
+        quantize,
+        random_ops,
+        reduce,
+        resize,
+        rnn,
+        selection,
+        sequence,
+        shape,
+        softmax,
+        spectral,
+        text,
+        tfidf,
+        training,
+    )
+
+    return (
+        activation, attention, cast, control_flow, conv, detection, einsum, elementwise,
+        flex_attention, gemm, image, indexing, linalg, loss, ml, movement, normalization, optional,
+        pool, quantize, random_ops, reduce, resize, rnn, selection, sequence, shape, softmax,
+        spectral, text, tfidf, training,
+    )
 
 
 @hookimpl
@@ -60,6 +76,6 @@ def onnx_ep_register_providers(register: RegisterProvider) -> None:
 
 @hookimpl
 def onnx_ep_register_kernels(register: RegisterKernel) -> None:
-    from onnx_ep.plugins.manager import register_kernel_modules
-
-    register_kernel_modules(register, __name__, MODULES, NAME)
+    for family in family_modules():
+        for kernel in family.KERNELS:
+            register(kernel, provider=NAME)

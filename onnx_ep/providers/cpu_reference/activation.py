@@ -1,10 +1,11 @@
-"""Activation functions: Relu family, sigmoids, Gelu, Mish, Swish, Shrink, Clip.
+"""Activation functions: Relu family, sigmoids, Gelu, Mish, Swish, Shrink, Clip, SwiGLU.
 
 Parity (docs/PARITY.md): float inputs (float16, bfloat16, float32, float64) are computed
 in float64 and rounded once to the input dtype (:mod:`.numerics`), so every kernel here is
 ``Parity.EXACT`` for a provider that does the same. Integer inputs (Relu, PRelu, Shrink,
 Clip) are exact. Float attribute defaults are the float32 values ONNX stores
-(``LeakyRelu`` alpha is 0.009999999776482582, not 0.01).
+(``LeakyRelu`` alpha is 0.009999999776482582, not 0.01). SwiGLU is computed in float64
+and rounded once to the input type, too.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from onnx_ep.core.kernel import ExecutionContext, Parity
-from onnx_ep.providers.cpu_reference.base import CpuKernel
+from onnx_ep.providers.cpu_reference.base import CpuKernel, check_same_dtype
 from onnx_ep.providers.cpu_reference.elementwise import (
     FLOAT,
     NUMERIC,
@@ -24,7 +25,12 @@ from onnx_ep.providers.cpu_reference.elementwise import (
 )
 from onnx_ep.providers.cpu_reference.formats import source_value
 from onnx_ep.providers.cpu_reference.lowfloat import round_to
-from onnx_ep.providers.cpu_reference.numerics import erfc, is_float, round_from_float64
+from onnx_ep.providers.cpu_reference.numerics import (
+    erfc,
+    is_float,
+    round_from_float64,
+    sigmoid,
+)
 
 
 def f32(value: float) -> float:
@@ -65,12 +71,6 @@ class Activation(CpuKernel):
             return np.asarray(self.fn(x, attrs), dtype=x.dtype)
 
 
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    # exp of a non-positive argument only: no overflow for large |x|
-    e = np.exp(-np.abs(x))
-    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
-
-
 def _softplus(x: np.ndarray) -> np.ndarray:
     return np.logaddexp(0.0, x)
 
@@ -105,7 +105,7 @@ _TABLE: list[CpuKernel] = [
                lambda x, a: np.maximum(x, 0.0) + np.minimum(0.0, a["alpha"]
                                                             * np.expm1(x / a["alpha"])),
                since=12, defaults={"alpha": 1.0}),
-    Activation("Sigmoid", lambda x, a: _sigmoid(x)),
+    Activation("Sigmoid", lambda x, a: sigmoid(x)),
     Activation("HardSigmoid", lambda x, a: np.clip(a["alpha"] * x + a["beta"], 0.0, 1.0),
                defaults={"alpha": f32(0.2), "beta": 0.5}),
     Activation("HardSwish", lambda x, a: x * np.clip(x / 6.0 + 0.5, 0.0, 1.0), since=14),
@@ -117,7 +117,7 @@ _TABLE: list[CpuKernel] = [
                defaults={"alpha": 1.0}),
     Activation("Shrink", _shrink, since=9, accepts=NUMERIC,
                defaults={"lambd": 0.5, "bias": 0.0}),
-    Activation("Swish", lambda x, a: x * _sigmoid(a["alpha"] * x), since=24,
+    Activation("Swish", lambda x, a: x * sigmoid(a["alpha"] * x), since=24,
                defaults={"alpha": 1.0}),
 ]
 
@@ -177,4 +177,20 @@ def _as(bound: np.ndarray, dtype: np.dtype) -> np.float64:
     return source_value(round_to(np.asarray(bound).reshape(()), dtype))
 
 
-KERNELS: list[CpuKernel] = [*_TABLE, PRelu("PRelu", since=1), Clip("Clip", since=1)]
+class SwiGLU(CpuKernel):
+    """``Y = A * sigmoid(alpha * A) * B``; A and B of one shape, no broadcasting."""
+
+    def run(self, ctx: ExecutionContext, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        dtype = check_same_dtype(self, ctx, A=a, B=b)
+        if a.shape != b.shape:
+            raise self.fail(ctx, f"A {a.shape} and B {b.shape} must have the same shape "
+                                 f"(SwiGLU does not broadcast)")
+        alpha = float(ctx.node.attr("alpha", 1.0))
+        a64, b64 = source_value(a), source_value(b)
+        with np.errstate(all="ignore"):
+            y = a64 * sigmoid(alpha * a64) * b64
+        return round_from_float64(y, dtype)
+
+
+KERNELS: list[CpuKernel] = [*_TABLE, PRelu("PRelu", since=1), Clip("Clip", since=1),
+                            SwiGLU("SwiGLU", since=28)]

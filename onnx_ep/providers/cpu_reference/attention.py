@@ -1,4 +1,5 @@
-"""Attention (opset 23, 24 nonpad_kv_seqlen, 25 sliding windows) and RotaryEmbedding (opset 23).
+"""Attention (opset 23, 24 nonpad_kv_seqlen, 25 sliding windows), RotaryEmbedding (opset 23)
+and LinearAttention (opset 27).
 
 Numerics: Q and K are pre-scaled by sqrt(scale) in the input dtype (as the ONNX function
 body does), then QK^T, softcap, bias and softmax run in float32 (float64 for float64
@@ -9,6 +10,9 @@ summation order is not specified).
 
 The attention-scores matrix ``(batch, q_heads, q_len, total_kv_len)`` lives in the node's
 workspace; :func:`scores_spec` is the one sizing formula for planning and execution.
+
+LinearAttention runs its recurrence in float32 for every input type, as the spec's
+reference does; a chunk-parallel implementation reorders it: a tolerance.
 """
 
 from __future__ import annotations
@@ -27,12 +31,16 @@ from onnx_ep.core.kernel import (
     WorkspaceRequirement,
     WorkspaceView,
 )
+from onnx_ep.providers.cpu_reference.base import CpuKernel, check_same_dtype
 from onnx_ep.providers.cpu_reference.dot import matmul
-from onnx_ep.providers.cpu_reference.base import CpuKernel
 from onnx_ep.providers.cpu_reference.lowfloat import round_to, upcast
+from onnx_ep.providers.cpu_reference.numerics import is_float
 
 _DOUBLE = onnx.TensorProto.DOUBLE
 _FLOAT16 = onnx.TensorProto.FLOAT16
+
+#: a float32 recurrence over T steps; chunked (WY) algorithms reassociate it.
+RECURRENCE_PARITY = Parity.tolerance(rtol=1e-4, atol=1e-5)
 
 
 def _compute_dtype(q_dtype: np.dtype, softmax_precision: int | None) -> np.dtype:
@@ -282,9 +290,98 @@ class RotaryEmbedding(CpuKernel):
         return np.ascontiguousarray(y.transpose(0, 2, 1, 3))
 
 
+# ---------------------------------------------------------------- LinearAttention
+
+_UPDATE_RULES = ("linear", "gated", "delta", "gated_delta")
+
+
+def _heads(x: np.ndarray, heads: int) -> np.ndarray:
+    """(B, T, H*D) -> (B, T, H, D) in float32."""
+    b, t, hd = x.shape
+    return upcast(x).astype(np.float32).reshape(b, t, heads, hd // heads)
+
+
+class LinearAttention(CpuKernel):
+    """Recurrent linear attention (linear / gated / delta / gated_delta rules) with GQA.
+
+    The recurrence runs token by token (inherently sequential); every step is
+    vectorized over batch, heads and the state matrix.
+    """
+
+    parity = RECURRENCE_PARITY
+
+    def run(self, ctx: ExecutionContext, q: np.ndarray, k: np.ndarray, v: np.ndarray,
+            past: np.ndarray | None = None, decay: np.ndarray | None = None,
+            beta: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        rule = ctx.node.attr("update_rule", "gated_delta")
+        if rule not in _UPDATE_RULES:
+            raise self.fail(ctx, f"update_rule {rule!r} is not one of {', '.join(_UPDATE_RULES)}")
+        hq, hkv = ctx.node.attr("q_num_heads", None), ctx.node.attr("kv_num_heads", None)
+        if hq is None or hkv is None:
+            raise self.fail(ctx, "attributes 'q_num_heads' and 'kv_num_heads' are required")
+        if hq < 1 or hkv < 1 or hq % hkv:
+            raise self.fail(ctx, f"q_num_heads={hq} must be a positive multiple of "
+                                 f"kv_num_heads={hkv}")
+        dtype = check_same_dtype(self, ctx, query=q, key=k, value=v, decay=decay, beta=beta)
+        gated, delta = rule in ("gated", "gated_delta"), rule in ("delta", "gated_delta")
+        for name, arr, needed in (("decay", decay, gated), ("beta", beta, delta)):
+            if needed and arr is None:
+                raise self.fail(ctx, f"update_rule {rule!r} requires the '{name}' input")
+            if not needed and arr is not None:
+                raise self.fail(ctx, f"update_rule {rule!r} takes no '{name}' input")
+        if any(a.ndim != 3 for a in (q, k, v)):
+            raise self.fail(ctx, f"query {q.shape}, key {k.shape} and value {v.shape} must "
+                                 f"be rank 3 (B, T, H*D)")
+        bsz, t = q.shape[:2]
+        dk = q.shape[2] // hq
+        dv = v.shape[2] // hkv
+        if (q.shape[2] % hq or k.shape != (bsz, t, hkv * dk) or v.shape[:2] != (bsz, t)
+                or v.shape[2] % hkv):
+            raise self.fail(ctx, f"query {q.shape}, key {k.shape}, value {v.shape} do not "
+                                 f"pack {hq} query / {hkv} kv heads over one (B, T)")
+        if past is not None:
+            if not is_float(past.dtype):
+                raise self.fail(ctx, f"past_state must be float, got {past.dtype}")
+            if past.shape != (bsz, hkv, dk, dv):
+                raise self.fail(ctx, f"past_state has shape {past.shape}, expected "
+                                     f"{(bsz, hkv, dk, dv)}")
+        if decay is not None and decay.shape not in ((bsz, t, hkv), (bsz, t, hkv * dk)):
+            raise self.fail(ctx, f"decay has shape {decay.shape}, expected "
+                                 f"{(bsz, t, hkv)} or {(bsz, t, hkv * dk)}")
+        if beta is not None and beta.shape not in ((bsz, t, hkv), (bsz, t, 1)):
+            raise self.fail(ctx, f"beta has shape {beta.shape}, expected "
+                                 f"{(bsz, t, hkv)} or {(bsz, t, 1)}")
+        scale = float(ctx.node.attr("scale", 0.0)) or 1.0 / np.sqrt(dk)
+
+        group = hq // hkv
+        # query head h reads kv head h // group: (B, T, H_kv, group, d_k)
+        q5 = _heads(q, hq).reshape(bsz, t, hkv, group, dk)
+        k4, v4 = _heads(k, hkv), _heads(v, hkv)
+        # (B, T, H_kv, d_k or 1, 1): broadcasts over the state's (d_k, d_v)
+        g5 = None if decay is None else np.exp(_heads(decay, hkv))[..., None]
+        b4 = None if beta is None else upcast(beta).astype(np.float32).reshape(bsz, t, -1, 1)
+        state = (np.zeros((bsz, hkv, dk, dv), np.float32) if past is None
+                 else upcast(past).astype(np.float32))
+        out = np.empty((bsz, t, hkv, group, dv), np.float32)
+        for i in range(t):  # the recurrence is sequential in time
+            if g5 is not None:
+                state = state * g5[:, i]
+            vi = v4[:, i]
+            if b4 is not None:
+                # delta rule: write beta * (v - S^T k), using the decayed state
+                vi = b4[:, i] * (vi - np.einsum("bhkv,bhk->bhv", state, k4[:, i]))
+            state = state + k4[:, i, :, :, None] * vi[:, :, None, :]
+            out[:, i] = np.einsum("bhgk,bhkv->bhgv", q5[:, i], state)
+        out *= np.float32(scale)
+        present_dtype = dtype if past is None else past.dtype
+        return (round_to(out.reshape(bsz, t, hq * dv), dtype),
+                round_to(state, present_dtype))
+
+
 KERNELS: list[CpuKernel] = [
     Attention("Attention", since=23),
     RotaryEmbedding("RotaryEmbedding", since=23),
+    LinearAttention("LinearAttention", since=27),
 ]
 
 

@@ -3,6 +3,10 @@
 A cpu_reference kernel only writes :meth:`CpuKernel.run`: it receives numpy
 arrays (``None`` for missing optional inputs) and returns one array or a tuple
 of arrays, one per node output. The base class supplies the protocol methods.
+
+The functions after the classes read and check inputs that several op families
+share (axes, integer lists, indices, one float dtype for all inputs); each raises
+a :exc:`NodeError` naming the node.
 """
 
 from __future__ import annotations
@@ -23,8 +27,12 @@ from onnx_ep.core.kernel import (
     WorkspaceView,
 )
 from onnx_ep.errors import NodeError
+from onnx_ep.providers.cpu_reference.numerics import is_float
 
 _HOST_ONLY = CaptureSupport.unsupported("cpu_reference runs numpy on the host")
+
+#: sequential products / dot products reordered by parallel implementations.
+PRODUCT_PARITY = Parity.tolerance(rtol=1e-5, atol=1e-6)
 
 
 class CpuKernel:
@@ -106,3 +114,61 @@ def normalize_axis(ctx: ExecutionContext, axis: int, rank: int) -> int:
         raise CpuKernel.fail(ctx, f"axis {axis} is out of range for rank {rank} "
                                   f"(expected {-rank} <= axis < {rank})")
     return axis + rank if axis < 0 else axis
+
+
+def normalize_axes(ctx: ExecutionContext, axes: list[int], rank: int,
+                   what: str = "axes") -> list[int]:
+    """Normalize ``axes`` into ``[0, rank)``; duplicates are a NodeError."""
+    out = [normalize_axis(ctx, a, rank) for a in axes]
+    if len(set(out)) != len(out):
+        raise CpuKernel.fail(ctx, f"{what} {axes} contain duplicates")
+    return out
+
+
+def int_list(ctx: ExecutionContext, value: Any, what: str) -> list[int]:
+    """A 1-D (or scalar) integer tensor or attribute as a list of Python ints."""
+    arr = np.asarray(value)
+    if arr.ndim > 1:
+        raise CpuKernel.fail(ctx, f"{what} must be 1-D, got shape {arr.shape}")
+    if arr.size and arr.dtype.kind not in "iu":
+        raise CpuKernel.fail(ctx, f"{what} must be integers, got dtype {arr.dtype}")
+    return [int(v) for v in arr.reshape(-1)]
+
+
+def axes_arg(ctx: ExecutionContext, axes_input: Any, since_input: int,
+             attr: str = "axes") -> list[int] | None:
+    """Axes from the attribute before opset ``since_input``, from the input after."""
+    if ctx.node.opset < since_input:
+        value = ctx.node.attr(attr)
+        return None if value is None else [int(a) for a in value]
+    if axes_input is None:
+        return None
+    return int_list(ctx, axes_input, attr)
+
+
+def checked_index(ctx: ExecutionContext, idx: np.ndarray, dim: int, what: str) -> np.ndarray:
+    """``idx`` as int64 in ``[0, dim)``; values outside ``[-dim, dim-1]`` are a NodeError."""
+    idx = np.asarray(idx)
+    if idx.dtype.kind not in "iu":
+        raise CpuKernel.fail(ctx, f"{what} must be integers, got dtype {idx.dtype}")
+    idx = idx.astype(np.int64)
+    bad = (idx < -dim) | (idx >= dim)
+    if bad.any():
+        first = int(idx[bad].reshape(-1)[0])
+        raise CpuKernel.fail(ctx, f"{what} value {first} is out of range for a dim of size "
+                                  f"{dim} (expected {-dim} <= index <= {dim - 1})")
+    return np.where(idx < 0, idx + dim, idx)
+
+
+def check_same_dtype(kernel: CpuKernel, ctx: ExecutionContext,
+                     **arrays: np.ndarray | None) -> np.dtype:
+    """The common dtype of the given (present) inputs, or a NodeError naming the odd one."""
+    present = {k: v for k, v in arrays.items() if v is not None}
+    first, ref = next(iter(present.items()))
+    for name, a in present.items():
+        if a.dtype != ref.dtype:
+            raise kernel.fail(ctx, f"input '{name}' is {a.dtype} but '{first}' is "
+                                   f"{ref.dtype}; they must match")
+    if not is_float(ref.dtype):
+        raise kernel.fail(ctx, f"{ctx.node.op_type} takes float tensors, got {ref.dtype}")
+    return ref.dtype

@@ -1,4 +1,4 @@
-"""Cast and CastLike: every numeric type, bool and string.
+"""Cast and CastLike: every numeric type, bool and string; BitCast.
 
 Parity (docs/PARITY.md): exact. The rules are the ONNX specification's, computed here and
 in :mod:`.formats` rather than by numpy's or ml_dtypes' conversions (whose answers for
@@ -19,12 +19,15 @@ Strings: numbers are written like onnxruntime (``%.8g`` for floats, ``NaN``, ``I
 ``-INF``, bools as ``1``/``0``); strings are parsed as integers for integer targets
 (falling back to truncated floats, undefined by ONNX) and as floats otherwise, with
 ``INF``/``+INF``/``-INF``/``NaN`` in any letter case.
+
+BitCast reinterprets the bits of each element (same bit width, little endian): exact.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 import onnx
 
@@ -47,7 +50,8 @@ from onnx_ep.providers.cpu_reference.formats import (
 )
 from onnx_ep.providers.cpu_reference.numerics import is_float, is_int
 
-__all__ = ["KERNELS", "Cast", "CastLike", "cast", "from_string", "to_e8m0", "to_string"]
+__all__ = ["KERNELS", "BitCast", "Cast", "CastLike", "cast", "from_string", "to_e8m0",
+           "to_string"]
 
 ROUND_MODES = ("up", "down", "nearest")
 STRING = np.dtype(object)
@@ -170,5 +174,48 @@ class CastLike(CpuKernel):
         return _run(self, ctx, x, np.asarray(like).dtype)
 
 
+# ---------------------------------------------------------------- BitCast
+
+#: ONNX bit widths of the sub-byte types ml_dtypes stores one per byte (low bits).
+_SUB_BYTE_BITS: dict[np.dtype, int] = {
+    **{np.dtype(t): 4 for t in (ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.float4_e2m1fn)},
+    **{np.dtype(t): 2 for t in (ml_dtypes.int2, ml_dtypes.uint2)},
+}
+
+
+def _bits(dt: np.dtype) -> int:
+    return _SUB_BYTE_BITS.get(dt, dt.itemsize * 8)
+
+
+class BitCast(CpuKernel):
+    """Reinterpret the bits of each element as ``to`` (same bit width, little endian)."""
+
+    def run(self, ctx: ExecutionContext, x: np.ndarray) -> np.ndarray:
+        to = ctx.node.attr("to", None)
+        if to is None:
+            raise self.fail(ctx, "attribute 'to' is required")
+        if to == onnx.TensorProto.STRING or x.dtype.kind in "OUS":
+            raise self.fail(ctx, "BitCast does not take or produce strings")
+        try:
+            target = np_dtype(int(to))
+        except (KeyError, ValueError, TypeError) as e:
+            raise self.fail(ctx, f"'to'={to} is not an ONNX tensor element type") from e
+        if _bits(x.dtype) != _bits(target):
+            raise self.fail(ctx, f"cannot bitcast {x.dtype} ({_bits(x.dtype)} bits) to "
+                                 f"{target} ({_bits(target)} bits); widths must be equal")
+        if x.dtype.byteorder == ">":
+            x = x.astype(x.dtype.newbyteorder("<"))
+        # a C-contiguous copy only when needed (np.ascontiguousarray would make 0-d 1-d)
+        x = np.asarray(x, order="C")
+        if target in _SUB_BYTE_BITS:
+            # ml_dtypes keeps a sub-byte value in the low bits of its byte (int4 -1 is
+            # 0x0f), so masking to the width gives the bit pattern of any sub-byte type
+            raw = x.view(np.uint8) & np.uint8((1 << _bits(target)) - 1)
+            return np.asarray(raw.view(target))
+        # numpy's native order is little endian on every platform we run on
+        return np.asarray(x.view(target))
+
+
 KERNELS: list[CpuKernel] = [Cast("Cast", since=1, parity=Parity.EXACT),
-                            CastLike("CastLike", since=15, parity=Parity.EXACT)]
+                            CastLike("CastLike", since=15, parity=Parity.EXACT),
+                            BitCast("BitCast", since=26)]

@@ -1,4 +1,5 @@
-"""Conv (im2col + matmul) and ConvTranspose (matmul + col2im), N-d, grouped, dilated.
+"""Conv (im2col + matmul) and ConvTranspose (matmul + col2im), N-d, grouped, dilated;
+DeformConv; CausalConvWithState.
 
 Numerics: float16/bfloat16 are multiplied and accumulated in float32 and rounded
 once; float32/float64 go through numpy's BLAS in their own type, whose summation
@@ -7,10 +8,16 @@ order is unspecified, so both ops are promised to a tolerance.
 Conv declares its scratch (the padded input and the im2col matrix) through
 :meth:`Conv.workspace_requirement`; :func:`conv_plan` is the single size formula
 used both there and in execution.
+
+DeformConv samples bilinearly in float64 and contracts with the weights in the
+compute type (float32 for float16/bfloat16) through BLAS: a tolerance.
+CausalConvWithState sums k products in float32 (float16/bfloat16) or float32
+itself; its fused SiLU is evaluated in float64 on that sum and rounded once.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,10 +33,12 @@ from onnx_ep.core.kernel import (
     tensor_nbytes,
 )
 from onnx_ep.errors import NodeError
-from onnx_ep.providers.cpu_reference.base import CpuKernel
+from onnx_ep.providers.cpu_reference.base import PRODUCT_PARITY, CpuKernel, check_same_dtype
 from onnx_ep.providers.cpu_reference.dot import wide
+from onnx_ep.providers.cpu_reference.formats import source_value
 from onnx_ep.providers.cpu_reference.lowfloat import compute_dtype, round_to, upcast
-from onnx_ep.providers.cpu_reference.windows import (
+from onnx_ep.providers.cpu_reference.numerics import round_from_float64, sigmoid
+from onnx_ep.providers.shared.windows import (
     WindowGeometry,
     node_error,
     patches,
@@ -38,6 +47,8 @@ from onnx_ep.providers.cpu_reference.windows import (
 
 #: BLAS reorders the C*K sums; narrow floats accumulate in float32.
 CONV_PARITY = Parity.tolerance(rtol=1e-5, atol=1e-6)
+#: bilinear sampling plus a BLAS contraction over C/group * prod(kernel) terms.
+DEFORM_PARITY = Parity.tolerance(rtol=1e-5, atol=1e-6)
 
 
 def _group_count(meta: NodeMeta, channels: int, w_shape: Sequence[int]) -> int:
@@ -263,7 +274,126 @@ class ConvTranspose(CpuKernel):
         return pads[:nd], out
 
 
+# ---------------------------------------------------------------- DeformConv
+
+class DeformConv(CpuKernel):
+    """N-d deformable convolution (v1/v2): bilinear samples at offset kernel taps,
+    weighted by ``mask``, contracted with W per group (im2col + matmul)."""
+
+    parity = DEFORM_PARITY
+
+    def run(self, ctx: ExecutionContext, x: np.ndarray, w: np.ndarray, offset: np.ndarray,
+            b: np.ndarray | None = None, mask: np.ndarray | None = None) -> np.ndarray:
+        dtype = check_same_dtype(self, ctx, X=x, W=w, offset=offset, B=b, mask=mask)
+        if x.ndim < 3 or w.ndim != x.ndim:
+            raise self.fail(ctx, f"X {x.shape} and W {w.shape} must have one rank >= 3")
+        n, c, spatial = x.shape[0], x.shape[1], x.shape[2:]
+        nd, m, kernel = len(spatial), w.shape[0], w.shape[2:]
+        ks = ctx.node.attr("kernel_shape", None)
+        if ks is not None and tuple(ks) != kernel:
+            raise self.fail(ctx, f"kernel_shape {tuple(ks)} differs from W's spatial "
+                                 f"shape {kernel}")
+        groups = int(ctx.node.attr("group", 1))
+        ogroups = int(ctx.node.attr("offset_group", 1))
+        if groups < 1 or w.shape[1] * groups != c or m % groups:
+            raise self.fail(ctx, f"W {w.shape} does not fit X {x.shape} with group={groups}: "
+                                 f"expected W[1] == C/group and W[0] divisible by group")
+        if ogroups < 1 or c % ogroups:
+            raise self.fail(ctx, f"offset_group={ogroups} must be >= 1 and divide C={c}")
+        g = window_geometry(ctx.node, spatial, kernel)
+        kp, op = int(np.prod(kernel)), int(np.prod(g.out))
+        if offset.shape != (n, ogroups * kp * nd) + g.out:
+            raise self.fail(ctx, f"offset has shape {offset.shape}, expected "
+                                 f"{(n, ogroups * kp * nd) + g.out}")
+        if mask is not None and mask.shape != (n, ogroups * kp) + g.out:
+            raise self.fail(ctx, f"mask has shape {mask.shape}, expected "
+                                 f"{(n, ogroups * kp) + g.out}")
+        if b is not None and b.shape != (m,):
+            raise self.fail(ctx, f"B has shape {b.shape}, expected ({m},)")
+
+        # Sampling positions (N, OG, Kp, nd, Op): window origin + dilated tap + offset.
+        kidx = np.indices(kernel).reshape(nd, kp)
+        oidx = np.indices(g.out).reshape(nd, op)
+        base = np.stack([-g.pads_begin[d] + g.strides[d] * oidx[d][None, :]
+                         + g.dilations[d] * kidx[d][:, None] for d in range(nd)], axis=1)
+        pos = source_value(offset).reshape(n, ogroups, kp, nd, op) + base
+        lo = np.floor(pos)
+        frac = pos - lo
+        lo = lo.astype(np.int64)
+
+        cpg = c // ogroups
+        data = source_value(x).reshape(n, ogroups, cpg, -1)
+        cols = np.zeros((n, ogroups, cpg, kp * op))
+        strides = np.cumprod((1,) + spatial[::-1])[:nd][::-1]
+        for corner in itertools.product((0, 1), repeat=nd):
+            weight = np.ones(pos.shape[:3] + (op,))
+            valid = np.ones(weight.shape, dtype=bool)
+            flat = np.zeros(weight.shape, dtype=np.int64)
+            for d, bit in enumerate(corner):
+                idx = lo[:, :, :, d] + bit
+                weight *= frac[:, :, :, d] if bit else 1.0 - frac[:, :, :, d]
+                valid &= (idx >= 0) & (idx < spatial[d])
+                flat += np.clip(idx, 0, spatial[d] - 1) * strides[d]
+            # out-of-range neighbours read zero padding
+            vals = np.take_along_axis(data, flat.reshape(n, ogroups, 1, kp * op), axis=3)
+            cols += vals * np.where(valid, weight, 0.0).reshape(n, ogroups, 1, kp * op)
+        if mask is not None:
+            cols *= source_value(mask).reshape(n, ogroups, 1, kp * op)
+
+        cdt = compute_dtype(dtype)
+        cols = cols.astype(cdt).reshape(n, groups, (c // groups) * kp, op)
+        y = np.matmul(upcast(w).reshape(groups, m // groups, -1), cols).reshape((n, m) + g.out)
+        if b is not None:
+            y += upcast(b).reshape((m,) + (1,) * nd)
+        return round_to(y, dtype)
+
+
+# ---------------------------------------------------------------- CausalConvWithState
+
+class CausalConvWithState(CpuKernel):
+    """Depthwise causal 1-d convolution over [past_state, input], optional fused SiLU.
+
+    ``present_state`` is the last k-1 positions of that concatenation.
+    """
+
+    parity = PRODUCT_PARITY
+
+    def run(self, ctx: ExecutionContext, x: np.ndarray, w: np.ndarray,
+            bias: np.ndarray | None = None, past: np.ndarray | None = None
+            ) -> tuple[np.ndarray, np.ndarray]:
+        activation = ctx.node.attr("activation", "none")
+        if activation not in ("none", "silu", "swish"):
+            raise self.fail(ctx, f"activation {activation!r} is not 'none', 'silu' or 'swish'")
+        dtype = check_same_dtype(self, ctx, input=x, weight=w, bias=bias, past_state=past)
+        if x.ndim != 3:
+            raise self.fail(ctx, f"input must be (batch, channels, length), got {x.shape}")
+        bsz, c, length = x.shape
+        if w.ndim != 3 or w.shape[:2] != (c, 1) or w.shape[2] < 1:
+            raise self.fail(ctx, f"weight has shape {w.shape}, expected ({c}, 1, k), k >= 1")
+        k = w.shape[2]
+        if bias is not None and bias.shape != (c,):
+            raise self.fail(ctx, f"bias has shape {bias.shape}, expected ({c},)")
+        if past is not None and past.shape != (bsz, c, k - 1):
+            raise self.fail(ctx, f"past_state has shape {past.shape}, expected "
+                                 f"{(bsz, c, k - 1)}")
+        head = np.zeros((bsz, c, k - 1), dtype) if past is None else past
+        padded = np.concatenate([head, x], axis=2)
+        windows = np.lib.stride_tricks.sliding_window_view(upcast(padded), k, axis=2)
+        y = np.einsum("bclk,ck->bcl", windows, upcast(w)[:, 0, :])  # (B, C, L)
+        if bias is not None:
+            y += upcast(bias)[:, None]
+        if activation != "none":
+            y64 = y.astype(np.float64)
+            out = round_from_float64(y64 * sigmoid(y64), dtype)
+        else:
+            out = round_to(y, dtype)
+        present = np.ascontiguousarray(padded[:, :, length:])
+        return out, present
+
+
 KERNELS: list[CpuKernel] = [
     Conv("Conv", since=1),
     ConvTranspose("ConvTranspose", since=1),
+    DeformConv("DeformConv", since=19),
+    CausalConvWithState("CausalConvWithState", since=27),
 ]

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from onnx_ep.core.dtypes import np_dtype
+from onnx_ep.core.kernel import ExecutionContext
 from onnx_ep.providers.cpu_reference.formats import E8M0, FORMATS, decode, round_to
 from onnx_ep.providers.cpu_reference.numerics import is_float
 
 # round_to and is_float are re-exported: kernels take their rounding helpers from here
-__all__ = ["compute_dtype", "float_compute", "is_float", "round_to", "upcast"]
+__all__ = ["compute_dtype", "float_compute", "is_float", "round_to", "stash_dtype",
+           "upcast"]
 
 
 def compute_dtype(dtype: np.dtype) -> np.dtype:
@@ -39,3 +42,10 @@ def float_compute(x: np.ndarray) -> np.ndarray:
     if is_float(x.dtype):
         return upcast(x)
     return x.astype(np.float64)
+
+
+def stash_dtype(ctx: ExecutionContext, x: np.ndarray) -> np.dtype:
+    """The accumulation dtype: ``stash_type`` (default float) or at least float32."""
+    stash = np_dtype(int(ctx.node.attr("stash_type", 1)))
+    work = float_compute(x).dtype
+    return stash if stash.itemsize >= work.itemsize else work

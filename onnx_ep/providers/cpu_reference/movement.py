@@ -1,8 +1,9 @@
-"""Data-movement ops: Concat, Split, Slice, Tile, Pad, CenterCropPad, DepthToSpace,
-SpaceToDepth, ReverseSequence, Trilu.
+"""Data-movement ops: Reshape, Flatten, Squeeze, Unsqueeze, Expand, Transpose, Identity,
+Concat, Split, Slice, Tile, Gather.
 
 Parity: EXACT (values are copied, never computed). String tensors work wherever
-ONNX allows them.
+ONNX allows them. Gather's indices accept ``[-n, n-1]`` per the spec; anything
+outside raises a NodeError (numpy would otherwise wrap or raise IndexError).
 """
 
 from __future__ import annotations
@@ -12,9 +13,118 @@ from typing import Any
 import numpy as np
 
 from onnx_ep.core.kernel import ExecutionContext
-from onnx_ep.providers.cpu_reference.base import CpuKernel, normalize_axis
-from onnx_ep.providers.cpu_reference.lowfloat import round_to
-from onnx_ep.providers.cpu_reference.shape import axes_arg, int_list, normalize_axes
+from onnx_ep.providers.cpu_reference.base import (
+    CpuKernel,
+    axes_arg,
+    checked_index,
+    int_list,
+    normalize_axes,
+    normalize_axis,
+)
+
+
+class Reshape(CpuKernel):
+    def run(self, ctx: ExecutionContext, data: np.ndarray, shape: Any = None) -> np.ndarray:
+        if ctx.node.opset < 5:
+            target = [int(d) for d in ctx.node.attr("shape", [])]
+        else:
+            if shape is None:
+                raise self.fail(ctx, "the shape input is required")
+            target = int_list(ctx, shape, "shape")
+        allowzero = ctx.node.attr("allowzero", 0)
+        out = list(target)
+        if allowzero and 0 in out and -1 in out:
+            raise self.fail(ctx, f"shape {target} has both 0 and -1 while allowzero=1")
+        for i, d in enumerate(target):
+            if d == 0 and not allowzero:
+                if i >= data.ndim:
+                    raise self.fail(ctx, f"shape {target}: 0 at position {i} copies a "
+                                         f"dim the input (rank {data.ndim}) does not have")
+                out[i] = data.shape[i]
+            elif d < -1:
+                raise self.fail(ctx, f"shape {target} has invalid dim {d}")
+        if out.count(-1) > 1:
+            raise self.fail(ctx, f"shape {target} has more than one -1")
+        if -1 in out:
+            known = int(np.prod([d for d in out if d != -1], dtype=np.int64))
+            if known == 0 or data.size % known:
+                raise self.fail(ctx, f"cannot reshape input of shape {data.shape} "
+                                     f"({data.size} elements) to {target}")
+            out[out.index(-1)] = data.size // known
+        if int(np.prod(out, dtype=np.int64)) != data.size:
+            raise self.fail(ctx, f"cannot reshape input of shape {data.shape} "
+                                 f"({data.size} elements) to {target}")
+        return data.reshape(out)
+
+
+class Flatten(CpuKernel):
+    def run(self, ctx: ExecutionContext, data: np.ndarray) -> np.ndarray:
+        axis = ctx.node.attr("axis", 1)
+        r = data.ndim
+        if not -r <= axis <= r:
+            raise self.fail(ctx, f"axis {axis} is out of range for rank {r} "
+                                 f"(expected {-r} <= axis <= {r})")
+        axis = axis + r if axis < 0 else axis
+        outer = int(np.prod(data.shape[:axis], dtype=np.int64))
+        inner = int(np.prod(data.shape[axis:], dtype=np.int64))
+        return data.reshape(outer, inner)
+
+
+class Squeeze(CpuKernel):
+    def run(self, ctx: ExecutionContext, data: np.ndarray, axes: Any = None) -> np.ndarray:
+        ax = axes_arg(ctx, axes, 13)
+        if not ax:
+            # An empty axes input means "all unit dims", as when axes are omitted (ORT).
+            return data.reshape([d for d in data.shape if d != 1])
+        ax = normalize_axes(ctx, ax, data.ndim)
+        for a in ax:
+            if data.shape[a] != 1:
+                raise self.fail(ctx, f"cannot squeeze axis {a} of shape {data.shape}: "
+                                     f"dim is {data.shape[a]}, expected 1")
+        return data.reshape([d for i, d in enumerate(data.shape) if i not in ax])
+
+
+class Unsqueeze(CpuKernel):
+    def run(self, ctx: ExecutionContext, data: np.ndarray, axes: Any = None) -> np.ndarray:
+        ax = axes_arg(ctx, axes, 13)
+        if ax is None:
+            raise self.fail(ctx, "axes are required")
+        r_out = data.ndim + len(ax)
+        ax = normalize_axes(ctx, ax, r_out)
+        dims = iter(data.shape)
+        return data.reshape([1 if i in ax else next(dims) for i in range(r_out)])
+
+
+class Expand(CpuKernel):
+    def run(self, ctx: ExecutionContext, data: np.ndarray, shape: np.ndarray) -> np.ndarray:
+        target = int_list(ctx, shape, "shape")
+        try:
+            out_shape = np.broadcast_shapes(data.shape, tuple(target))
+        except ValueError:
+            raise self.fail(ctx, f"input shape {data.shape} cannot be broadcast with "
+                                 f"shape {target}") from None
+        return np.array(np.broadcast_to(data, out_shape))
+
+
+class Transpose(CpuKernel):
+    def run(self, ctx: ExecutionContext, data: np.ndarray) -> np.ndarray:
+        perm = ctx.node.attr("perm")
+        if perm is None:
+            perm = list(range(data.ndim))[::-1]
+        if sorted(perm) != list(range(data.ndim)):
+            raise self.fail(ctx, f"perm {perm} is not a permutation of "
+                                 f"0..{data.ndim - 1} (input shape {data.shape})")
+        return np.transpose(data, perm).copy()
+
+
+class Identity(CpuKernel):
+    def run(self, ctx: ExecutionContext, data: Any) -> Any:
+        # Sequences (lists) and empty optionals (None) pass through unchanged.
+        if isinstance(data, np.ndarray):
+            return data.copy()
+        if isinstance(data, list):
+            return list(data)
+        return data
 
 
 class Concat(CpuKernel):
@@ -137,161 +247,24 @@ class Tile(CpuKernel):
         return np.tile(data, reps)
 
 
-_PAD_MODES = {"constant": "constant", "reflect": "reflect", "edge": "edge", "wrap": "wrap"}
-
-
-class Pad(CpuKernel):
-    def run(self, ctx: ExecutionContext, data: np.ndarray, pads: Any = None,
-            constant_value: Any = None, axes: Any = None) -> np.ndarray:
-        opset = ctx.node.opset
-        mode = ctx.node.attr("mode", "constant")
-        if mode not in _PAD_MODES or (mode == "wrap" and opset < 19):
-            raise self.fail(ctx, f"mode {mode!r} is not one of constant, reflect, edge"
-                                 f"{', wrap' if opset >= 19 else ''}")
-        if opset < 11:
-            raw = [int(p) for p in ctx.node.attr("pads" if opset >= 2 else "paddings", [])]
-            value: Any = ctx.node.attr("value", 0.0)
-            ax = None
-        else:
-            raw = int_list(ctx, pads, "pads")
-            value = None
-            if constant_value is not None and np.asarray(constant_value).size:
-                value = np.asarray(constant_value).reshape(-1)[0]
-            ax = axes_arg(ctx, axes, 18)
-        if value is None:
-            value = "" if data.dtype == object else 0
-        ax = list(range(data.ndim)) if ax is None else normalize_axes(ctx, ax, data.ndim)
-        if len(raw) != 2 * len(ax):
-            raise self.fail(ctx, f"pads {raw} must have 2 entries per padded axis "
-                                 f"({len(ax)} axes)")
-        begin, end = raw[: len(ax)], raw[len(ax):]
-        # Negative pads crop; do that first, then pad with the non-negative rest.
-        crop = [slice(None)] * data.ndim
-        width = [(0, 0)] * data.ndim
-        for a, b, e in zip(ax, begin, end):
-            dim = data.shape[a]
-            lo, hi = max(-b, 0), dim - max(-e, 0)
-            if lo > hi:
-                raise self.fail(ctx, f"negative pads ({b}, {e}) remove more than the "
-                                     f"{dim} elements of axis {a}")
-            crop[a] = slice(lo, hi)
-            width[a] = (max(b, 0), max(e, 0))
-        x = data[tuple(crop)]
-        if mode == "constant":
-            # round the pad value ourselves: np.pad would convert it with ml_dtypes' cast
-            return np.pad(x, width, mode="constant", constant_values=round_to(value, data.dtype))
-        for a, (b, e) in enumerate(width):
-            if (b or e) and x.shape[a] == 0:
-                raise self.fail(ctx, f"mode {mode!r} cannot pad axis {a}, which is empty")
-            if mode == "reflect" and max(b, e) > x.shape[a] - 1:
-                # A reflection cannot reach further than the axis itself (as onnxruntime).
-                raise self.fail(ctx, f"mode 'reflect' pads ({b}, {e}) exceed the maximum "
-                                     f"{x.shape[a] - 1} for axis {a} of size {x.shape[a]}")
-        return np.pad(x, width, mode=_PAD_MODES[mode])
-
-
-class CenterCropPad(CpuKernel):
-    def run(self, ctx: ExecutionContext, data: np.ndarray, shape: np.ndarray) -> np.ndarray:
-        target = int_list(ctx, shape, "shape")
-        ax = ctx.node.attr("axes")
-        ax = list(range(data.ndim)) if ax is None else normalize_axes(ctx, ax, data.ndim)
-        if len(target) != len(ax) or any(t < 0 for t in target):
-            raise self.fail(ctx, f"shape {target} must have one entry >= 0 per axis {ax}")
-        crop = [slice(None)] * data.ndim
-        place = [slice(None)] * data.ndim
-        out_shape = list(data.shape)
-        for a, t in zip(ax, target):
-            dim = data.shape[a]
-            out_shape[a] = t
-            if t < dim:
-                lo = (dim - t) // 2
-                crop[a] = slice(lo, lo + t)
-            elif t > dim:
-                lo = (t - dim) // 2
-                place[a] = slice(lo, lo + dim)
-        out = np.zeros(out_shape, dtype=data.dtype)
-        out[tuple(place)] = data[tuple(crop)]
-        return out
-
-
-class DepthToSpace(CpuKernel):
-    def run(self, ctx: ExecutionContext, data: np.ndarray) -> np.ndarray:
-        bs = ctx.node.attr("blocksize")
-        mode = ctx.node.attr("mode", "DCR")
-        if data.ndim != 4 or not bs or bs < 1 or data.shape[1] % (bs * bs):
-            raise self.fail(ctx, f"input of shape {data.shape} must be 4-D with channels "
-                                 f"divisible by blocksize**2 (blocksize={bs})")
-        b, c, h, w = data.shape
-        if mode == "DCR":
-            tmp = data.reshape(b, bs, bs, c // (bs * bs), h, w).transpose(0, 3, 4, 1, 5, 2)
-        elif mode == "CRD":
-            tmp = data.reshape(b, c // (bs * bs), bs, bs, h, w).transpose(0, 1, 4, 2, 5, 3)
-        else:
-            raise self.fail(ctx, f"mode {mode!r} must be 'DCR' or 'CRD'")
-        return tmp.reshape(b, c // (bs * bs), h * bs, w * bs)
-
-
-class SpaceToDepth(CpuKernel):
-    def run(self, ctx: ExecutionContext, data: np.ndarray) -> np.ndarray:
-        bs = ctx.node.attr("blocksize")
-        mode = ctx.node.attr("mode", "DCR")
-        if (data.ndim != 4 or not bs or bs < 1 or data.shape[2] % bs
-                or data.shape[3] % bs):
-            raise self.fail(ctx, f"input of shape {data.shape} must be 4-D with H and W "
-                                 f"divisible by blocksize={bs}")
-        b, c, h, w = data.shape
-        tmp = data.reshape(b, c, h // bs, bs, w // bs, bs)
-        if mode == "DCR":
-            tmp = tmp.transpose(0, 3, 5, 1, 2, 4)
-        elif mode == "CRD":
-            tmp = tmp.transpose(0, 1, 3, 5, 2, 4)
-        else:
-            raise self.fail(ctx, f"mode {mode!r} must be 'DCR' or 'CRD'")
-        return tmp.reshape(b, c * bs * bs, h // bs, w // bs)
-
-
-class ReverseSequence(CpuKernel):
-    def run(self, ctx: ExecutionContext, data: np.ndarray, lens: np.ndarray) -> np.ndarray:
-        if data.ndim < 2:
-            raise self.fail(ctx, f"input must have rank >= 2, got shape {data.shape}")
-        batch_axis = ctx.node.attr("batch_axis", 1)
-        time_axis = ctx.node.attr("time_axis", 0)
-        if {batch_axis, time_axis} != {0, 1}:
-            raise self.fail(ctx, f"batch_axis={batch_axis} and time_axis={time_axis} must "
-                                 f"be 0 and 1 in some order")
-        n_batch, n_time = data.shape[batch_axis], data.shape[time_axis]
-        lens = np.asarray(lens).astype(np.int64).reshape(-1)
-        if lens.shape != (n_batch,) or (lens < 0).any() or (lens > n_time).any():
-            raise self.fail(ctx, f"sequence_lens {lens.tolist()} must have {n_batch} entries "
-                                 f"in [0, {n_time}]")
-        t = np.arange(n_time)[None, :]
-        src = np.where(t < lens[:, None], lens[:, None] - 1 - t, t)  # (batch, time)
-        if time_axis == 0:
-            src = src.T
-        src = src.reshape(src.shape + (1,) * (data.ndim - 2))
-        return np.take_along_axis(data, src, axis=time_axis)
-
-
-class Trilu(CpuKernel):
-    def run(self, ctx: ExecutionContext, data: np.ndarray, k: Any = None) -> np.ndarray:
-        if data.ndim < 2:
-            raise self.fail(ctx, f"input must have rank >= 2, got shape {data.shape}")
-        kk = 0 if k is None else int(np.asarray(k).reshape(-1)[0])
-        n, m = data.shape[-2:]
-        rows, cols = np.arange(n)[:, None], np.arange(m)[None, :]
-        keep = cols - rows >= kk if ctx.node.attr("upper", 1) else cols - rows <= kk
-        return np.where(keep, data, np.zeros((), dtype=data.dtype))
+class Gather(CpuKernel):
+    def run(self, ctx: ExecutionContext, data: np.ndarray, indices: np.ndarray) -> np.ndarray:
+        axis = normalize_axis(ctx, ctx.node.attr("axis", 0), data.ndim)
+        idx = checked_index(ctx, indices, data.shape[axis], "indices")
+        return np.take(data, idx, axis=axis)
 
 
 KERNELS: list[CpuKernel] = [
+    Reshape("Reshape", since=1),
+    Flatten("Flatten", since=1),
+    Squeeze("Squeeze", since=1),
+    Unsqueeze("Unsqueeze", since=1),
+    Expand("Expand", since=8),
+    Transpose("Transpose", since=1),
+    Identity("Identity", since=1),
     Concat("Concat", since=1),
     Split("Split", since=1),
     Slice("Slice", since=1),
     Tile("Tile", since=6),
-    Pad("Pad", since=1),
-    CenterCropPad("CenterCropPad", since=18),
-    DepthToSpace("DepthToSpace", since=1),
-    SpaceToDepth("SpaceToDepth", since=1),
-    ReverseSequence("ReverseSequence", since=10),
-    Trilu("Trilu", since=14),
+    Gather("Gather", since=1),
 ]

@@ -1,12 +1,12 @@
-"""Softmax family and normalizations: Softmax, LogSoftmax, Hardmax, LayerNormalization,
-BatchNormalization, InstanceNormalization, GroupNormalization, RMSNormalization,
-LpNormalization, MeanVarianceNormalization, LRN, Dropout.
+"""Normalizations: Hardmax, BatchNormalization, InstanceNormalization, GroupNormalization,
+LpNormalization, MeanVarianceNormalization, LRN. (The row-normalising ops Softmax,
+LogSoftmax, LayerNormalization and RMSNormalization are in :mod:`.softmax`.)
 
-Numerics: Softmax, LogSoftmax and LRN (exp, log, pow) are computed in float64 and
-rounded once to the output type. Statistics-based normalizations accumulate
+Numerics: Hardmax selects and is exact. LRN (pow) is computed in float64 and rounded
+once to the output type. The statistics-based normalizations accumulate
 float16/bfloat16 in float32 (or in ``stash_type`` where the op has one) and round
-once; float32/float64 compute in their own type. Sums reorder additions, so all
-but Hardmax and inference Dropout (exact) are promised to a tolerance.
+once; float32/float64 compute in their own type. Sums reorder additions, so all but
+Hardmax are promised to a tolerance.
 """
 
 from __future__ import annotations
@@ -15,54 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from onnx_ep.core.dtypes import np_dtype
-from onnx_ep.core.kernel import ExecutionContext, Parity
+from onnx_ep.core.kernel import ExecutionContext
 from onnx_ep.providers.cpu_reference.base import CpuKernel, normalize_axis
 from onnx_ep.providers.cpu_reference.formats import source_value
-from onnx_ep.providers.cpu_reference.lowfloat import float_compute, round_to, upcast
-
-#: float64 transcendental math rounded once; reductions reorder additions.
-SOFTMAX_PARITY = Parity.tolerance(rtol=1e-6, atol=1e-7)
-#: mean/variance statistics accumulated in float32 for float32 and narrower inputs.
-NORM_PARITY = Parity.tolerance(rtol=1e-4, atol=1e-5)
-
-
-# ---------------------------------------------------------------- softmax family
-
-def _softmax_view(ctx: ExecutionContext, x: np.ndarray) -> tuple[np.ndarray, int]:
-    """``x`` as float64 arranged so the op reduces over one axis, and that axis.
-
-    Before opset 13 the op flattens ``x`` to 2-D at ``axis`` (default 1) and
-    normalizes each row; from 13 on it normalizes along the single ``axis`` (default -1).
-    """
-    x64 = source_value(x)
-    if ctx.node.opset < 13:
-        axis = normalize_axis(ctx, ctx.node.attr("axis", 1), max(x.ndim, 1))
-        rows = int(np.prod(x.shape[:axis], dtype=np.int64))
-        return x64.reshape(rows, -1), 1
-    return x64, normalize_axis(ctx, ctx.node.attr("axis", -1), x.ndim)
-
-
-class Softmax(CpuKernel):
-    """Softmax and LogSoftmax (``log=True``) with the max subtracted for stability."""
-
-    parity = SOFTMAX_PARITY
-
-    def __init__(self, op_type: str, *, log: bool) -> None:
-        super().__init__(op_type, since=1)
-        self.log = log
-
-    def run(self, ctx: ExecutionContext, x: np.ndarray) -> np.ndarray:
-        if x.size == 0:
-            return x.copy()
-        v, axis = _softmax_view(ctx, x)
-        m = np.max(v, axis=axis, keepdims=True)
-        shifted = v - np.where(np.isfinite(m), m, 0.0)
-        e = np.exp(shifted)
-        s = np.sum(e, axis=axis, keepdims=True)
-        with np.errstate(divide="ignore"):
-            y = shifted - np.log(s) if self.log else e / s
-        return round_to(y.reshape(x.shape), x.dtype)
+from onnx_ep.providers.cpu_reference.lowfloat import float_compute, round_to, stash_dtype, upcast
+from onnx_ep.providers.cpu_reference.softmax import NORM_PARITY, SOFTMAX_PARITY, softmax_view
 
 
 class Hardmax(CpuKernel):
@@ -71,62 +28,11 @@ class Hardmax(CpuKernel):
     def run(self, ctx: ExecutionContext, x: np.ndarray) -> np.ndarray:
         if x.size == 0:
             return x.copy()
-        v, axis = _softmax_view(ctx, x)
+        v, axis = softmax_view(ctx, x)
         idx = np.expand_dims(np.argmax(v, axis=axis), axis)
         y = np.zeros(v.shape, dtype=x.dtype)
         np.put_along_axis(y, idx, np.ones((), dtype=x.dtype), axis=axis)
         return y.reshape(x.shape)
-
-
-# ---------------------------------------------------------------- statistics-based
-
-def _stash_dtype(ctx: ExecutionContext, x: np.ndarray) -> np.dtype:
-    """The accumulation dtype: ``stash_type`` (default float) or at least float32."""
-    stash = np_dtype(int(ctx.node.attr("stash_type", 1)))
-    work = float_compute(x).dtype
-    return stash if stash.itemsize >= work.itemsize else work
-
-
-def _trailing_axes(ctx: ExecutionContext, x: np.ndarray) -> tuple[int, ...]:
-    axis = normalize_axis(ctx, ctx.node.attr("axis", -1), x.ndim)
-    return tuple(range(axis, x.ndim))
-
-
-class LayerNormalization(CpuKernel):
-    """Y = (X - mean) * InvStdDev * Scale + B over axes [axis, rank); Mean and InvStdDev
-    are returned in the stash type with the reduced axes kept as 1."""
-
-    parity = NORM_PARITY
-
-    def run(self, ctx: ExecutionContext, x: np.ndarray, scale: np.ndarray,
-            bias: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
-        axes = _trailing_axes(ctx, x)
-        eps = ctx.node.attr("epsilon", 1e-5)
-        dt = _stash_dtype(ctx, x)
-        v = upcast(x).astype(dt)
-        mean = np.mean(v, axis=axes, keepdims=True)
-        diff = v - mean
-        var = np.mean(diff * diff, axis=axes, keepdims=True)
-        inv_std = (1.0 / np.sqrt(var + dt.type(eps))).astype(dt)
-        y = diff * inv_std * upcast(scale).astype(dt)
-        if bias is not None:
-            y = y + upcast(bias).astype(dt)
-        return round_to(y, x.dtype), round_to(mean, dt), round_to(inv_std, dt)
-
-
-class RMSNormalization(CpuKernel):
-    """Y = X / sqrt(mean(X^2) + epsilon) * Scale over axes [axis, rank)."""
-
-    parity = NORM_PARITY
-
-    def run(self, ctx: ExecutionContext, x: np.ndarray, scale: np.ndarray) -> np.ndarray:
-        axes = _trailing_axes(ctx, x)
-        eps = ctx.node.attr("epsilon", 1e-5)
-        dt = _stash_dtype(ctx, x)
-        v = upcast(x).astype(dt)
-        ms = np.mean(v * v, axis=axes, keepdims=True)
-        y = v * (1.0 / np.sqrt(ms + dt.type(eps))).astype(dt) * upcast(scale).astype(dt)
-        return round_to(y, x.dtype)
 
 
 def _channel_shape(x: np.ndarray) -> tuple[int, ...]:
@@ -209,7 +115,7 @@ class GroupNormalization(CpuKernel):
             raise self.fail(ctx, f"num_groups={groups} must be > 0 and divide the channel "
                                  f"count of X (shape {x.shape})")
         eps = ctx.node.attr("epsilon", 1e-5)
-        dt = _stash_dtype(ctx, x)
+        dt = stash_dtype(ctx, x)
         n, c = x.shape[:2]
         g = upcast(x).astype(dt).reshape(n, groups, -1)
         mean = np.mean(g, axis=2, keepdims=True)
@@ -288,47 +194,12 @@ class LRN(CpuKernel):
         return round_to(y, x.dtype)
 
 
-class Dropout(CpuKernel):
-    """Inference: identity and an all-true mask. Training (opset 12+ ``training_mode``
-    input true, ratio > 0): numpy's legacy generator seeded with ``seed``, keep where
-    uniform >= ratio, scale kept values by 1 / (1 - ratio)."""
-
-    def run(self, ctx: ExecutionContext, x: np.ndarray, ratio: np.ndarray | None = None,
-            training_mode: np.ndarray | None = None) -> Any:
-        opset = ctx.node.opset
-        want_mask = len(ctx.node.output_names) > 1 and bool(ctx.node.output_names[1])
-        mask_dtype = np.bool_ if opset >= 10 else x.dtype
-        if opset >= 12:
-            r = 0.5 if ratio is None else float(np.asarray(ratio).reshape(-1)[0])
-            training = training_mode is not None and bool(np.asarray(training_mode))
-        else:
-            r, training = ctx.node.attr("ratio", 0.5), False
-        if not 0.0 <= r < 1.0:
-            raise self.fail(ctx, f"ratio must be in [0, 1), got {r}")
-        if not training or r == 0.0:
-            y = x.copy()
-            keep = np.ones(x.shape, dtype=np.bool_)
-        else:
-            seed = ctx.node.attr("seed", None)
-            rng = np.random.RandomState(seed)
-            keep = rng.uniform(0.0, 1.0, x.shape) >= r
-            y = round_to(keep * float_compute(x) * (1.0 / (1.0 - r)), x.dtype)
-        if want_mask:
-            return y, keep.astype(mask_dtype)
-        return y
-
-
 KERNELS: list[CpuKernel] = [
-    Softmax("Softmax", log=False),
-    Softmax("LogSoftmax", log=True),
     Hardmax("Hardmax", since=1),
-    LayerNormalization("LayerNormalization", since=17),
-    RMSNormalization("RMSNormalization", since=23),
     BatchNormalization("BatchNormalization", since=1),
     InstanceNormalization("InstanceNormalization", since=1),
     GroupNormalization("GroupNormalization", since=18),
     LpNormalization("LpNormalization", since=1),
     MeanVarianceNormalization("MeanVarianceNormalization", since=9),
     LRN("LRN", since=1),
-    Dropout("Dropout", since=1),
 ]

@@ -30,6 +30,7 @@ __all__ = [
     "is_int",
     "is_signed_int",
     "round_from_float64",
+    "sigmoid",
     "to_float32_odd",
 ]
 
@@ -63,6 +64,13 @@ def round_from_float64(y: np.ndarray, dtype: np.dtype) -> np.ndarray:
     y = np.asarray(y, dtype=np.float64)
     dtype = np.dtype(dtype)
     return round_to(y, dtype) if dtype in ML_FLOATS else np.asarray(y.astype(dtype))
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    """The logistic function ``1 / (1 + exp(-x))`` of a float array."""
+    # exp of a non-positive argument only: no overflow for large |x|
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
 
 
 # ---------------------------------------------------------------- erf / erfc

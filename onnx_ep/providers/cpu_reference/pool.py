@@ -3,10 +3,11 @@
 Numerics: max pooling selects values and is exact. Average pooling sums in the
 input type (float16/bfloat16 in float32) and divides once, so it is promised
 to a tolerance; LpPool (``|x|^p``, ``^(1/p)``) is computed in float64 and
-rounded once. Windows come from :mod:`windows` (pads, auto_pad, ceil_mode,
-dilations); each op loops over the kernel taps (prod(kernel) iterations) and folds
-the tap's strided view of the padded input into the (N, C, *out) result, so no
-window is gathered element by element and no (out x kernel) array is built.
+rounded once. Windows come from :mod:`onnx_ep.providers.shared.windows` (pads,
+auto_pad, ceil_mode, dilations); each op loops over the kernel taps (prod(kernel)
+iterations) and folds the tap's strided view of the padded input into the
+(N, C, *out) result, so no window is gathered element by element and no
+(out x kernel) array is built.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from onnx_ep.core.kernel import ExecutionContext, Parity
 from onnx_ep.providers.cpu_reference.base import CpuKernel
 from onnx_ep.providers.cpu_reference.formats import source_value
 from onnx_ep.providers.cpu_reference.lowfloat import round_to, upcast
-from onnx_ep.providers.cpu_reference.windows import (
+from onnx_ep.providers.shared.windows import (
     WindowGeometry,
     pad_input,
     tap_positions,

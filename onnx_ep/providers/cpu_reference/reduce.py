@@ -1,11 +1,12 @@
-"""Reductions and their relatives: Reduce*, ArgMax/ArgMin, CumSum, TopK, Einsum.
+"""Reductions: ReduceSum, ReduceMean, ReduceProd, ReduceL1, ReduceL2, ReduceSumSquare,
+ReduceLogSum, ReduceLogSumExp, ReduceMax, ReduceMin, ArgMax, ArgMin.
 
 Numerics: float16/bfloat16 are widened to float32; float32 sums accumulate in
 float64 and round once to float32 (numpy sums a float32 axis that is not the
 innermost one sequentially, in float32: 300 N(0, 1) values erred by 3.8e-6 on a
 sum of -4.8e-4, outside the bound below); float64 accumulates in float64. Sums
 are promised to a tolerance, not bit for bit. Max, Min,
-ArgMax, ArgMin and TopK select values and are exact. Integer sums and products
+ArgMax and ArgMin select values and are exact. Integer sums and products
 are computed in the input type (wrapping as the hardware does).
 """
 
@@ -54,7 +55,7 @@ def _extreme(dtype: np.dtype, *, low: bool) -> Any:
 
 def _sum(x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
     if x.dtype == np.float32:
-        # float64 accumulation: the result no longer depends on which axis numpy
+        # float64 accumulation: the result does not depend on which axis numpy
         # sums pairwise and which sequentially
         return np.sum(x, axis=axes, keepdims=keep, dtype=np.float64).astype(np.float32)
     return np.sum(x, axis=axes, keepdims=keep, dtype=x.dtype)
@@ -165,79 +166,6 @@ class ArgExtreme(CpuKernel):
         return np.asarray(idx, dtype=np.int64)
 
 
-class CumSum(CpuKernel):
-    """CumSum with exclusive and reverse; the axis is a 0-d or 1-element input."""
-
-    def run(self, ctx: ExecutionContext, x: np.ndarray, axis: np.ndarray) -> np.ndarray:
-        a = np.asarray(axis).reshape(-1)
-        if a.size != 1:
-            raise self.fail(ctx, f"axis must hold one value, got shape {np.shape(axis)}")
-        ax = normalize_axis(ctx, int(a[0]), x.ndim)
-        work = upcast(x)
-        if ctx.node.attr("reverse", 0):
-            work = np.flip(work, axis=ax)
-        out = np.cumsum(work, axis=ax, dtype=work.dtype)
-        if ctx.node.attr("exclusive", 0):
-            # shift by one along the axis: element i gets the sum of elements before it
-            out = np.concatenate(
-                [np.zeros_like(np.take(out, [0], axis=ax)),
-                 np.take(out, np.arange(out.shape[ax] - 1), axis=ax)], axis=ax) \
-                if out.shape[ax] else out
-        if ctx.node.attr("reverse", 0):
-            out = np.flip(out, axis=ax)
-        return round_to(out, x.dtype)
-
-
-class TopK(CpuKernel):
-    """TopK (K as input since opset 10, attribute before); ties keep the lower index first."""
-
-    def run(self, ctx: ExecutionContext, x: np.ndarray, k: np.ndarray | None = None
-            ) -> tuple[np.ndarray, np.ndarray]:
-        if k is None:
-            kk = ctx.node.attr("k", None)
-            if kk is None:
-                raise self.fail(ctx, "K is required (input 'K' or attribute 'k')")
-        else:
-            flat = np.asarray(k).reshape(-1)
-            if flat.size != 1:
-                raise self.fail(ctx, f"K must hold one value, got shape {np.shape(k)}")
-            kk = int(flat[0])
-        axis = normalize_axis(ctx, ctx.node.attr("axis", -1), x.ndim)
-        n = x.shape[axis]
-        if not 0 <= kk <= n:
-            raise self.fail(ctx, f"K={kk} is out of range for axis {axis} of size {n}")
-        key = upcast(x) if x.dtype.kind == "V" else x
-        if ctx.node.attr("largest", 1):
-            # a strictly decreasing map keeps a stable ascending sort stable by index;
-            # bitwise not avoids the overflow of negating INT_MIN and unsigned values
-            key = ~key if key.dtype.kind in "iu" else -key
-        order = np.argsort(key, axis=axis, kind="stable")
-        idx = np.take(order, np.arange(kk), axis=axis)
-        values = np.take_along_axis(x, idx, axis=axis)
-        return np.asarray(values), idx.astype(np.int64)
-
-
-class Einsum(CpuKernel):
-    """Einsum through numpy (narrow floats computed in float32, rounded once)."""
-
-    parity = SUM_PARITY
-
-    def run(self, ctx: ExecutionContext, *xs: np.ndarray) -> np.ndarray:
-        eq = ctx.node.attr("equation", None)
-        if not eq:
-            raise self.fail(ctx, "attribute 'equation' is required")
-        eq = eq.replace(" ", "")
-        dtype = xs[0].dtype
-        for i, x in enumerate(xs):
-            if x.dtype != dtype:
-                raise self.fail(ctx, f"input {i} has dtype {x.dtype}, expected {dtype}")
-        try:
-            out = np.einsum(eq, *[upcast(x) for x in xs])
-        except ValueError as e:
-            raise self.fail(ctx, f"equation {eq!r} does not fit the inputs: {e}") from e
-        return round_to(out, dtype)
-
-
 def _exact_reduce(op: str, fn: Callable[..., np.ndarray]) -> Reduce:
     return Reduce(op, fn, accumulate=False, parity=Parity.EXACT)
 
@@ -255,8 +183,4 @@ KERNELS: list[CpuKernel] = [
     _exact_reduce("ReduceMin", _min),
     ArgExtreme("ArgMax", np.argmax),
     ArgExtreme("ArgMin", np.argmin),
-    CumSum("CumSum", since=11, parity=SUM_PARITY),
-    TopK("TopK", since=1),
-    Einsum("Einsum", since=12),
 ]
-

@@ -1,9 +1,8 @@
-"""Shape and constant ops: Reshape, Shape, Size, Flatten, Squeeze, Unsqueeze, Expand,
-Transpose, Identity, Constant, ConstantOfShape, EyeLike, Range.
+"""Shape and constant ops: Shape, Size, Constant, ConstantOfShape, EyeLike, Range, Trilu.
 
-Parity: EXACT. These ops only move or create values; Range computes
-``start + i * delta`` in the output dtype, as ``numpy.arange`` does.
-String tensors (dtype object) pass through every data-movement op here.
+Parity: EXACT. These ops read shapes, create values or keep a triangle of their input
+(Trilu); Range computes ``start + i * delta`` in the output dtype, as ``numpy.arange``
+does.
 """
 
 from __future__ import annotations
@@ -14,73 +13,9 @@ import numpy as np
 
 from onnx_ep.core.dtypes import np_dtype
 from onnx_ep.core.kernel import ExecutionContext
-from onnx_ep.providers.cpu_reference.base import CpuKernel, normalize_axis
+from onnx_ep.providers.cpu_reference.base import CpuKernel, int_list
 from onnx_ep.providers.cpu_reference.formats import source_value
 from onnx_ep.providers.cpu_reference.lowfloat import is_float, round_to
-
-
-def int_list(ctx: ExecutionContext, value: Any, what: str) -> list[int]:
-    """A 1-D (or scalar) integer tensor or attribute as a list of Python ints."""
-    arr = np.asarray(value)
-    if arr.ndim > 1:
-        raise CpuKernel.fail(ctx, f"{what} must be 1-D, got shape {arr.shape}")
-    if arr.size and arr.dtype.kind not in "iu":
-        raise CpuKernel.fail(ctx, f"{what} must be integers, got dtype {arr.dtype}")
-    return [int(v) for v in arr.reshape(-1)]
-
-
-def normalize_axes(ctx: ExecutionContext, axes: list[int], rank: int,
-                   what: str = "axes") -> list[int]:
-    """Normalize ``axes`` into ``[0, rank)``; duplicates are a NodeError."""
-    out = [normalize_axis(ctx, a, rank) for a in axes]
-    if len(set(out)) != len(out):
-        raise CpuKernel.fail(ctx, f"{what} {axes} contain duplicates")
-    return out
-
-
-def axes_arg(ctx: ExecutionContext, axes_input: Any, since_input: int,
-             attr: str = "axes") -> list[int] | None:
-    """Axes from the attribute before opset ``since_input``, from the input after."""
-    if ctx.node.opset < since_input:
-        value = ctx.node.attr(attr)
-        return None if value is None else [int(a) for a in value]
-    if axes_input is None:
-        return None
-    return int_list(ctx, axes_input, attr)
-
-
-class Reshape(CpuKernel):
-    def run(self, ctx: ExecutionContext, data: np.ndarray, shape: Any = None) -> np.ndarray:
-        if ctx.node.opset < 5:
-            target = [int(d) for d in ctx.node.attr("shape", [])]
-        else:
-            if shape is None:
-                raise self.fail(ctx, "the shape input is required")
-            target = int_list(ctx, shape, "shape")
-        allowzero = ctx.node.attr("allowzero", 0)
-        out = list(target)
-        if allowzero and 0 in out and -1 in out:
-            raise self.fail(ctx, f"shape {target} has both 0 and -1 while allowzero=1")
-        for i, d in enumerate(target):
-            if d == 0 and not allowzero:
-                if i >= data.ndim:
-                    raise self.fail(ctx, f"shape {target}: 0 at position {i} copies a "
-                                         f"dim the input (rank {data.ndim}) does not have")
-                out[i] = data.shape[i]
-            elif d < -1:
-                raise self.fail(ctx, f"shape {target} has invalid dim {d}")
-        if out.count(-1) > 1:
-            raise self.fail(ctx, f"shape {target} has more than one -1")
-        if -1 in out:
-            known = int(np.prod([d for d in out if d != -1], dtype=np.int64))
-            if known == 0 or data.size % known:
-                raise self.fail(ctx, f"cannot reshape input of shape {data.shape} "
-                                     f"({data.size} elements) to {target}")
-            out[out.index(-1)] = data.size // known
-        if int(np.prod(out, dtype=np.int64)) != data.size:
-            raise self.fail(ctx, f"cannot reshape input of shape {data.shape} "
-                                 f"({data.size} elements) to {target}")
-        return data.reshape(out)
 
 
 class Shape(CpuKernel):
@@ -98,76 +33,6 @@ class Shape(CpuKernel):
 class Size(CpuKernel):
     def run(self, ctx: ExecutionContext, data: np.ndarray) -> np.ndarray:
         return np.array(data.size, dtype=np.int64)
-
-
-class Flatten(CpuKernel):
-    def run(self, ctx: ExecutionContext, data: np.ndarray) -> np.ndarray:
-        axis = ctx.node.attr("axis", 1)
-        r = data.ndim
-        if not -r <= axis <= r:
-            raise self.fail(ctx, f"axis {axis} is out of range for rank {r} "
-                                 f"(expected {-r} <= axis <= {r})")
-        axis = axis + r if axis < 0 else axis
-        outer = int(np.prod(data.shape[:axis], dtype=np.int64))
-        inner = int(np.prod(data.shape[axis:], dtype=np.int64))
-        return data.reshape(outer, inner)
-
-
-class Squeeze(CpuKernel):
-    def run(self, ctx: ExecutionContext, data: np.ndarray, axes: Any = None) -> np.ndarray:
-        ax = axes_arg(ctx, axes, 13)
-        if not ax:
-            # An empty axes input means "all unit dims", as when axes are omitted (ORT).
-            return data.reshape([d for d in data.shape if d != 1])
-        ax = normalize_axes(ctx, ax, data.ndim)
-        for a in ax:
-            if data.shape[a] != 1:
-                raise self.fail(ctx, f"cannot squeeze axis {a} of shape {data.shape}: "
-                                     f"dim is {data.shape[a]}, expected 1")
-        return data.reshape([d for i, d in enumerate(data.shape) if i not in ax])
-
-
-class Unsqueeze(CpuKernel):
-    def run(self, ctx: ExecutionContext, data: np.ndarray, axes: Any = None) -> np.ndarray:
-        ax = axes_arg(ctx, axes, 13)
-        if ax is None:
-            raise self.fail(ctx, "axes are required")
-        r_out = data.ndim + len(ax)
-        ax = normalize_axes(ctx, ax, r_out)
-        dims = iter(data.shape)
-        return data.reshape([1 if i in ax else next(dims) for i in range(r_out)])
-
-
-class Expand(CpuKernel):
-    def run(self, ctx: ExecutionContext, data: np.ndarray, shape: np.ndarray) -> np.ndarray:
-        target = int_list(ctx, shape, "shape")
-        try:
-            out_shape = np.broadcast_shapes(data.shape, tuple(target))
-        except ValueError:
-            raise self.fail(ctx, f"input shape {data.shape} cannot be broadcast with "
-                                 f"shape {target}") from None
-        return np.array(np.broadcast_to(data, out_shape))
-
-
-class Transpose(CpuKernel):
-    def run(self, ctx: ExecutionContext, data: np.ndarray) -> np.ndarray:
-        perm = ctx.node.attr("perm")
-        if perm is None:
-            perm = list(range(data.ndim))[::-1]
-        if sorted(perm) != list(range(data.ndim)):
-            raise self.fail(ctx, f"perm {perm} is not a permutation of "
-                                 f"0..{data.ndim - 1} (input shape {data.shape})")
-        return np.transpose(data, perm).copy()
-
-
-class Identity(CpuKernel):
-    def run(self, ctx: ExecutionContext, data: Any) -> Any:
-        # Sequences (lists) and empty optionals (None) pass through unchanged.
-        if isinstance(data, np.ndarray):
-            return data.copy()
-        if isinstance(data, list):
-            return list(data)
-        return data
 
 
 _CONSTANT_ATTRS = ("value", "value_float", "value_floats", "value_int", "value_ints",
@@ -246,18 +111,23 @@ class Range(CpuKernel):
         return (int(s) + np.arange(n, dtype=np.int64) * int(d)).astype(dtype)
 
 
+class Trilu(CpuKernel):
+    def run(self, ctx: ExecutionContext, data: np.ndarray, k: Any = None) -> np.ndarray:
+        if data.ndim < 2:
+            raise self.fail(ctx, f"input must have rank >= 2, got shape {data.shape}")
+        kk = 0 if k is None else int(np.asarray(k).reshape(-1)[0])
+        n, m = data.shape[-2:]
+        rows, cols = np.arange(n)[:, None], np.arange(m)[None, :]
+        keep = cols - rows >= kk if ctx.node.attr("upper", 1) else cols - rows <= kk
+        return np.where(keep, data, np.zeros((), dtype=data.dtype))
+
+
 KERNELS: list[CpuKernel] = [
-    Reshape("Reshape", since=1),
     Shape("Shape", since=1),
     Size("Size", since=1),
-    Flatten("Flatten", since=1),
-    Squeeze("Squeeze", since=1),
-    Unsqueeze("Unsqueeze", since=1),
-    Expand("Expand", since=8),
-    Transpose("Transpose", since=1),
-    Identity("Identity", since=1),
     Constant("Constant", since=1),
     ConstantOfShape("ConstantOfShape", since=9),
     EyeLike("EyeLike", since=9),
     Range("Range", since=11),
+    Trilu("Trilu", since=14),
 ]

@@ -128,3 +128,32 @@ def test_activation_rejects_integer_input_where_spec_wants_float() -> None:
     feeds = {"x": np.arange(3, dtype=np.int32)}
     with pytest.raises(NodeError, match="not supported"):
         run_ours(node_model("Sigmoid", feeds), feeds)
+
+
+# ------------------------------------------------------------------ SwiGLU
+
+
+def _ours(op: str, feeds: dict[str, np.ndarray], n_out: int = 1, *, opset: int,
+          **attrs: object) -> list[np.ndarray]:
+    """Run one ``op`` node on cpu_reference; a feed named ``""`` is a missing optional."""
+    model = node_model(op, feeds, n_out, opset=opset, **attrs)
+    return run_ours(model, {k: v for k, v in feeds.items() if k})
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
+@pytest.mark.parametrize("alpha", [1.0, 1.702])
+def test_swiglu_is_swish_gate_times_value(dtype: type, alpha: float) -> None:
+    a = RNG.uniform(-8, 8, (4, 6)).astype(dtype)
+    b = RNG.standard_normal((4, 6)).astype(dtype)
+    (y,) = _ours("SwiGLU", {"a": a, "b": b}, opset=28, alpha=alpha)
+    a64 = a.astype(np.float64)
+    expected = (a64 / (1 + np.exp(-np.float32(alpha).astype(np.float64) * a64))
+                * b.astype(np.float64)).astype(dtype)
+    assert y.dtype == np.dtype(dtype)
+    np.testing.assert_allclose(y, expected, rtol=4 * np.finfo(dtype).eps, atol=0)
+
+
+def test_swiglu_with_mismatched_shapes_raises_node_error() -> None:
+    feeds = {"a": np.ones((2, 3), np.float32), "b": np.ones((1, 3), np.float32)}
+    with pytest.raises(NodeError, match="same shape"):
+        _ours("SwiGLU", feeds, opset=28)

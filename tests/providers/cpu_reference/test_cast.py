@@ -1,4 +1,5 @@
-"""cpu_reference Cast / CastLike against onnxruntime, the float8/e8m0 rules, NodeErrors."""
+"""cpu_reference Cast / CastLike against onnxruntime, the float8/e8m0 rules, NodeErrors;
+BitCast."""
 
 from __future__ import annotations
 
@@ -160,3 +161,55 @@ def test_bad_round_mode_raises_node_error() -> None:
     model = node_model("Cast", {"x": x}, to=T.FLOAT8E8M0, round_mode="sideways", opset=24)
     with pytest.raises(NodeError, match="round_mode"):
         run_ours(model, {"x": x})
+
+
+# ------------------------------------------------------------------ BitCast
+
+
+def _ours(op: str, feeds: dict[str, np.ndarray], n_out: int = 1, *, opset: int,
+          **attrs: object) -> list[np.ndarray]:
+    """Run one ``op`` node on cpu_reference; a feed named ``""`` is a missing optional."""
+    model = node_model(op, feeds, n_out, opset=opset, **attrs)
+    return run_ours(model, {k: v for k, v in feeds.items() if k})
+
+
+@pytest.mark.parametrize("src,to", [
+    (np.float32, T.INT32), (np.int32, T.FLOAT),
+    (np.float64, T.INT64), (np.uint64, T.DOUBLE),
+    (np.float16, T.INT16), (np.uint16, T.FLOAT16),
+    (np.int8, T.UINT8), (np.uint32, T.FLOAT),
+])
+def test_bitcast_matches_ort(src: type, to: int) -> None:
+    raw = RNG.integers(0, 256, size=(3, 4, 8), dtype=np.uint8)
+    feeds = {"x": raw.view(src)}
+    assert_matches_ort(node_model("BitCast", feeds, opset=26, to=to), feeds)
+
+
+def test_bitcast_bool_to_uint8_gives_zeros_and_ones() -> None:
+    # onnxruntime 1.32 has no bool BitCast kernel
+    x = np.array([[True, False, True]])
+    (y,) = _ours("BitCast", {"x": x}, opset=26, to=T.UINT8)
+    assert y.dtype == np.uint8
+    np.testing.assert_array_equal(y, [[1, 0, 1]])
+
+
+def test_bitcast_keeps_0d_shape_and_bfloat16_bits() -> None:
+    x = np.array(1.5, dtype=ml_dtypes.bfloat16)
+    (y,) = _ours("BitCast", {"x": x}, opset=26, to=T.UINT16)
+    assert y.shape == () and y.dtype == np.uint16
+    assert int(y) == 0x3FC0
+
+
+def test_bitcast_int4_to_uint4_reinterprets_the_nibble() -> None:
+    x = np.array([-8, -1, 0, 7], dtype=ml_dtypes.int4)
+    (y,) = _ours("BitCast", {"x": x}, opset=26, to=T.UINT4)
+    assert y.dtype == np.dtype(ml_dtypes.uint4)
+    np.testing.assert_array_equal(y.astype(np.int64), [8, 15, 0, 7])
+
+
+@pytest.mark.parametrize("src,to", [(np.float32, T.INT64),
+                                    (np.uint8, T.UINT4),
+                                    (np.float32, T.STRING)])
+def test_bitcast_between_different_widths_raises_node_error(src: type, to: int) -> None:
+    with pytest.raises(NodeError, match="bits|string"):
+        _ours("BitCast", {"x": np.zeros(3, src)}, opset=26, to=to)

@@ -1,7 +1,10 @@
-"""cpu_reference Conv and ConvTranspose against onnxruntime, and Conv's planned workspace."""
+"""cpu_reference Conv and ConvTranspose against onnxruntime, and Conv's planned workspace;
+DeformConv against onnxruntime and a loop formula; CausalConvWithState against
+onnxruntime Conv and against itself run token by token."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -10,7 +13,7 @@ import pytest
 from onnx_ep.core.kernel import ExecutionContext, NodeMeta, TensorSpec, WorkspaceView
 from onnx_ep.errors import NodeError, WorkspaceTooSmall
 from onnx_ep.providers.cpu_reference.conv import Conv
-from tests.helpers.oracle import assert_matches_ort, node_model, run_ours
+from tests.helpers.oracle import assert_matches_ort, node_model, run_ort, run_ours
 
 RNG = np.random.default_rng(5)
 F32 = dict(rtol=1e-4, atol=1e-5)
@@ -133,3 +136,133 @@ def test_conv_transpose_with_weight_channel_mismatch_raises_node_error() -> None
     feeds = {"x": _x(1, 3, 3, 3), "w": _x(2, 2, 3, 3)}
     with pytest.raises(NodeError, match="ConvTranspose"):
         run_ours(node_model("ConvTranspose", feeds), feeds)
+
+
+def _ours(op: str, feeds: dict[str, np.ndarray], n_out: int = 1, *, opset: int,
+          **attrs: object) -> list[np.ndarray]:
+    """Run one ``op`` node on cpu_reference; a feed named ``""`` is a missing optional."""
+    model = node_model(op, feeds, n_out, opset=opset, **attrs)
+    return run_ours(model, {k: v for k, v in feeds.items() if k})
+
+
+# ------------------------------------------------------------------ DeformConv
+
+
+@pytest.mark.parametrize("case", [
+    dict(),
+    dict(strides=[2, 1], pads=[1, 0, 2, 1], dilations=[1, 2]),
+    dict(group=2, offset_group=2),
+    dict(group=1, offset_group=4, pads=[1, 1, 1, 1]),
+])
+@pytest.mark.parametrize("with_mask_bias", [True, False])
+def test_deform_conv_2d_matches_ort(case: dict, with_mask_bias: bool) -> None:
+    n, c, m, hw, k = 2, 4, 6, (6, 7), (3, 2)
+    x = RNG.standard_normal((n, c) + hw).astype(np.float32)
+    w = RNG.standard_normal((m, c // case.get("group", 1)) + k).astype(np.float32)
+    s, p, d = case.get("strides", [1, 1]), case.get("pads", [0] * 4), case.get("dilations", [1, 1])
+    out = tuple((hw[i] + p[i] + p[2 + i] - d[i] * (k[i] - 1) - 1) // s[i] + 1 for i in range(2))
+    og = case.get("offset_group", 1)
+    # offsets reach outside the image so zero padding of samples is exercised
+    feeds = {"x": x, "w": w,
+             "off": RNG.uniform(-2.5, 2.5, (n, og * 6 * 2) + out).astype(np.float32)}
+    if with_mask_bias:
+        feeds["b"] = RNG.standard_normal(m).astype(np.float32)
+        feeds["mask"] = RNG.uniform(0, 1, (n, og * 6) + out).astype(np.float32)
+    model = node_model("DeformConv", feeds, opset=22, **case)
+    assert_matches_ort(model, feeds, rtol=1e-4, atol=1e-5)
+
+
+def _deform_conv_1d_loops(x: np.ndarray, w: np.ndarray, off: np.ndarray,
+                          stride: int, pad: int, dil: int) -> np.ndarray:
+    n, c, length = x.shape
+    m, _, k = w.shape
+    out = off.shape[-1]
+    y = np.zeros((n, m, out))
+    for b, o, j, oc in itertools.product(range(n), range(out), range(k), range(m)):
+        p = -pad + o * stride + j * dil + off[b, j, o]
+        lo = int(np.floor(p))
+        t = p - lo
+        sample = sum(wt * x[b, :, i] for i, wt in ((lo, 1 - t), (lo + 1, t)) if 0 <= i < length)
+        y[b, oc, o] += np.dot(w[oc, :, j], sample) if np.ndim(sample) else 0.0
+    return y
+
+
+def test_deform_conv_1d_matches_a_loop_formula() -> None:
+    x = RNG.standard_normal((2, 3, 9))
+    w = RNG.standard_normal((4, 3, 3))
+    off = RNG.uniform(-3, 3, (2, 3, 4))  # (9 + 2 - 5) // 2 + 1 outputs
+    (y,) = _ours("DeformConv", {"x": x, "w": w, "off": off}, opset=22,
+                 strides=[2], pads=[1, 1], dilations=[2])
+    np.testing.assert_allclose(y, _deform_conv_1d_loops(x, w, off, 2, 1, 2), rtol=1e-12,
+                               atol=1e-12)
+
+
+def test_deform_conv_with_zero_offsets_is_conv() -> None:
+    feeds = {"x": RNG.standard_normal((1, 2, 4, 3, 5)).astype(np.float32),
+             "w": RNG.standard_normal((3, 2, 2, 2, 3)).astype(np.float32)}
+    (conv,) = run_ort(node_model("Conv", feeds, pads=[1, 0, 1, 0, 1, 1]), feeds)
+    off = np.zeros((1, 2 * 2 * 3 * 3) + conv.shape[2:], np.float32)
+    (y,) = _ours("DeformConv", {**feeds, "off": off}, opset=22, pads=[1, 0, 1, 0, 1, 1])
+    np.testing.assert_allclose(y, conv, rtol=1e-5, atol=1e-5)
+
+
+def test_deform_conv_with_wrong_offset_shape_raises_node_error() -> None:
+    feeds = {"x": np.zeros((1, 2, 4, 4), np.float32), "w": np.zeros((1, 2, 2, 2), np.float32),
+             "off": np.zeros((1, 6, 3, 3), np.float32)}
+    with pytest.raises(NodeError, match="offset has shape"):
+        _ours("DeformConv", feeds, opset=22)
+
+
+# ------------------------------------------------------------------ CausalConvWithState
+
+
+@pytest.mark.parametrize("k", [1, 2, 4])
+@pytest.mark.parametrize("with_past,with_bias", [(False, False), (True, True)])
+def test_causal_conv_with_state_is_depthwise_conv_over_the_concatenation(
+        k: int, with_past: bool, with_bias: bool) -> None:
+    bsz, c, length = 2, 3, 6
+    x = RNG.standard_normal((bsz, c, length)).astype(np.float32)
+    w = RNG.standard_normal((c, 1, k)).astype(np.float32)
+    past = RNG.standard_normal((bsz, c, k - 1)).astype(np.float32) if with_past else None
+    bias = RNG.standard_normal(c).astype(np.float32) if with_bias else None
+    feeds = {"x": x, "w": w}
+    if with_bias:
+        feeds["b"] = bias
+    if with_past:
+        feeds["past"] = past
+    y, present = _ours("CausalConvWithState", feeds, 2, opset=27)
+    padded = np.concatenate([past if with_past else np.zeros((bsz, c, k - 1), np.float32), x], 2)
+    conv_feeds = {"p": padded, "w": w} | ({"b": bias} if with_bias else {})
+    (expected,) = run_ort(node_model("Conv", conv_feeds, group=c), conv_feeds)
+    np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(present, padded[:, :, length:])
+    assert present.shape == (bsz, c, k - 1)
+
+
+def test_causal_conv_with_state_silu_streamed_token_by_token_equals_one_call() -> None:
+    bsz, c, length, k = 1, 4, 5, 3
+    x = RNG.standard_normal((bsz, c, length)).astype(np.float32)
+    w = RNG.standard_normal((c, 1, k)).astype(np.float32)
+    y_all, s_all = _ours("CausalConvWithState", {"x": x, "w": w}, 2, opset=27,
+                         activation="silu")
+    state = np.zeros((bsz, c, k - 1), np.float32)
+    steps = []
+    for i in range(length):
+        yi, state = _ours("CausalConvWithState", {"x": x[:, :, i:i + 1], "w": w, "": None,
+                                                  "past": state}, 2, opset=27,
+                          activation="swish")
+        steps.append(yi)
+    np.testing.assert_allclose(np.concatenate(steps, axis=2), y_all, rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(state, s_all)
+    conv = np.einsum("bclk,ck->bcl", np.lib.stride_tricks.sliding_window_view(
+        np.concatenate([np.zeros((bsz, c, k - 1), np.float32), x], 2).astype(np.float64), k,
+        axis=2),
+        w[:, 0].astype(np.float64))
+    np.testing.assert_allclose(y_all, conv / (1 + np.exp(-conv)), rtol=1e-5, atol=1e-6)
+
+
+def test_causal_conv_with_state_wrong_past_shape_raises_node_error() -> None:
+    feeds = {"x": np.ones((1, 2, 3), np.float32), "w": np.ones((2, 1, 3), np.float32), "": None,
+             "past": np.ones((1, 2, 3), np.float32)}
+    with pytest.raises(NodeError, match="past_state"):
+        _ours("CausalConvWithState", feeds, 2, opset=27)

@@ -1,4 +1,5 @@
-"""cpu_reference data-movement ops against onnxruntime, plus their NodeError paths."""
+"""cpu_reference data-movement ops (views, Concat, Split, Slice, Tile, Gather) against
+onnxruntime, plus their NodeError paths."""
 
 from __future__ import annotations
 
@@ -10,6 +11,13 @@ from tests.helpers.oracle import assert_matches_ort, node_model, run_ort, run_ou
 
 RNG = np.random.default_rng(1)
 I64 = np.int64
+
+
+def assert_strings_match_ort(model: object, feeds: dict[str, np.ndarray]) -> None:
+    """String outputs equal onnxruntime's (the oracle helper compares objects numerically)."""
+    for ours, ref in zip(run_ours(model, feeds), run_ort(model, feeds), strict=True):
+        assert ours.dtype == object and ours.shape == ref.shape
+        assert ours.tolist() == ref.tolist()
 
 
 def _x(*shape: int, dtype: type = np.float32) -> np.ndarray:
@@ -103,71 +111,122 @@ def test_tile_with_wrong_repeats_length_raises_node_error() -> None:
         run_ours(node_model("Tile", feeds), feeds)
 
 
-@pytest.mark.parametrize("mode", ["constant", "reflect", "edge", "wrap"])
-@pytest.mark.parametrize("pads", [[1, 2, 2, 1], [0, 1, 0, 3], [-1, 1, 1, -2]])
-def test_pad_modes_match_ort(mode: str, pads: list[int]) -> None:
-    feeds = {"x": _x(4, 5), "p": np.array(pads, I64), "v": np.array(1.5, np.float32)}
-    assert_matches_ort(node_model("Pad", feeds, mode=mode), feeds)
+@pytest.mark.parametrize("target,allowzero", [
+    ([4, 6], 0), ([-1, 3], 0), ([0, -1], 0), ([2, 0, 2, 2], 0), ([24], 0), ([6, 0, 4], 1),
+])
+def test_reshape_matches_ort(target: list[int], allowzero: int) -> None:
+    x = _x(2, 3, 4) if not allowzero else _x(6, 0, 4)
+    feeds = {"x": x, "s": np.array(target, I64)}
+    assert_matches_ort(node_model("Reshape", feeds, allowzero=allowzero), feeds)
 
 
-def test_pad_with_axes_input_matches_ort() -> None:
-    feeds = {"x": _x(2, 3, 4), "p": np.array([1, 2, 0, 3], I64), "v": np.array(0, np.float32),
-             "a": np.array([-1, 0], I64)}
-    assert_matches_ort(node_model("Pad", feeds, mode="constant"), feeds)
+@pytest.mark.parametrize("target", [[5, 5], [-1, -1], [-1, 5], [0, 0, 0, 0, 7]])
+def test_reshape_to_incompatible_shape_raises_node_error(target: list[int]) -> None:
+    feeds = {"x": _x(2, 3, 4), "s": np.array(target, I64)}
+    with pytest.raises(NodeError, match="Reshape"):
+        run_ours(node_model("Reshape", feeds), feeds)
 
 
-def test_pad_with_wrong_pads_length_raises_node_error() -> None:
-    feeds = {"x": _x(2, 3), "p": np.array([1, 1], I64)}
-    with pytest.raises(NodeError, match="2 entries per padded axis"):
-        run_ours(node_model("Pad", feeds), feeds)
+def test_reshape_moves_strings() -> None:
+    x = np.array([["a", "b", "c"], ["d", "e", "f"]], dtype=object)
+    feeds = {"x": x, "s": np.array([3, 2], I64)}
+    assert_strings_match_ort(node_model("Reshape", feeds), feeds)
 
 
-def test_center_crop_pad_crops_and_pads_around_the_center() -> None:
-    x = np.arange(20, dtype=np.float32).reshape(4, 5)
-    feeds = {"x": x, "s": np.array([2, 8], I64)}
-    out = run_ours(node_model("CenterCropPad", feeds), feeds)[0]
-    expected = np.zeros((2, 8), np.float32)
-    expected[:, 1:6] = x[1:3]
-    np.testing.assert_array_equal(out, expected)
+@pytest.mark.parametrize("axis", [0, 1, 2, 3, -1, -3])
+def test_flatten_matches_ort(axis: int) -> None:
+    feeds = {"x": _x(2, 3, 4)}
+    assert_matches_ort(node_model("Flatten", feeds, axis=axis), feeds)
 
 
-@pytest.mark.parametrize("mode", ["DCR", "CRD"])
-def test_depth_to_space_and_back_match_ort(mode: str) -> None:
-    feeds = {"x": _x(2, 8, 3, 2)}
-    assert_matches_ort(node_model("DepthToSpace", feeds, blocksize=2, mode=mode), feeds)
-    feeds = {"x": _x(2, 3, 4, 6)}
-    assert_matches_ort(node_model("SpaceToDepth", feeds, blocksize=2), feeds)
+def test_squeeze_and_unsqueeze_with_axes_input_match_ort() -> None:
+    x = _x(1, 3, 1, 2)
+    for op, axes in (("Squeeze", [0, -2]), ("Unsqueeze", [0, -1, 3])):
+        feeds = {"x": x, "a": np.array(axes, I64)}
+        assert_matches_ort(node_model(op, feeds), feeds)
+    assert_matches_ort(node_model("Squeeze", {"x": x}), {"x": x})
 
 
-def test_depth_to_space_with_indivisible_channels_raises_node_error() -> None:
-    feeds = {"x": _x(1, 6, 2, 2)}
-    with pytest.raises(NodeError, match="blocksize"):
-        run_ours(node_model("DepthToSpace", feeds, blocksize=2), feeds)
+def test_squeeze_and_unsqueeze_with_axes_attribute_before_opset_13() -> None:
+    x = _x(1, 3, 1)
+    out = run_ours(node_model("Squeeze", {"x": x}, opset=11, axes=[2]), {"x": x})[0]
+    assert out.shape == (1, 3)
+    out = run_ours(node_model("Unsqueeze", {"x": x}, opset=11, axes=[0, 4]), {"x": x})[0]
+    assert out.shape == (1, 1, 3, 1, 1)
 
 
-@pytest.mark.parametrize("batch_axis,time_axis", [(1, 0), (0, 1)])
-def test_reverse_sequence_matches_ort(batch_axis: int, time_axis: int) -> None:
-    shape = [5, 5, 3]
-    feeds = {"x": _x(*shape), "l": np.array([1, 5, 3, 0, 2], I64)}
-    model = node_model("ReverseSequence", feeds, batch_axis=batch_axis, time_axis=time_axis)
-    feeds["l"] = np.array([1, 5, 3, 1, 2], I64)  # onnxruntime rejects length 0
-    assert_matches_ort(model, feeds)
+def test_squeeze_of_non_unit_axis_raises_node_error() -> None:
+    feeds = {"x": _x(1, 3), "a": np.array([1], I64)}
+    with pytest.raises(NodeError, match="cannot squeeze axis 1"):
+        run_ours(node_model("Squeeze", feeds), feeds)
 
 
-def test_reverse_sequence_with_too_long_length_raises_node_error() -> None:
-    feeds = {"x": _x(3, 2), "l": np.array([1, 4], I64)}
-    with pytest.raises(NodeError, match="sequence_lens"):
-        run_ours(node_model("ReverseSequence", feeds), feeds)
+def test_unsqueeze_with_duplicate_axes_raises_node_error() -> None:
+    feeds = {"x": _x(3), "a": np.array([0, 0], I64)}
+    with pytest.raises(NodeError, match="duplicates"):
+        run_ours(node_model("Unsqueeze", feeds), feeds)
 
 
-@pytest.mark.parametrize("upper", [0, 1])
-@pytest.mark.parametrize("k", [-1, 0, 2])
-def test_trilu_matches_ort(upper: int, k: int) -> None:
-    feeds = {"x": _x(2, 4, 5), "k": np.array(k, I64)}
-    assert_matches_ort(node_model("Trilu", feeds, upper=upper), feeds)
+@pytest.mark.parametrize("shape", [[2, 1, 3], [3], [4, 2, 1, 1], [1]])
+def test_expand_matches_ort(shape: list[int]) -> None:
+    feeds = {"x": _x(2, 1), "s": np.array(shape, I64)}
+    assert_matches_ort(node_model("Expand", feeds), feeds)
 
 
-def test_pad_reflect_beyond_the_axis_raises_node_error() -> None:
-    feeds = {"x": _x(3), "p": np.array([3, 0], I64)}
-    with pytest.raises(NodeError, match="exceed the maximum 2"):
-        run_ours(node_model("Pad", feeds, mode="reflect"), feeds)
+def test_expand_to_incompatible_shape_raises_node_error() -> None:
+    feeds = {"x": _x(2, 3), "s": np.array([4], I64)}
+    with pytest.raises(NodeError, match="cannot be broadcast"):
+        run_ours(node_model("Expand", feeds), feeds)
+
+
+@pytest.mark.parametrize("perm", [None, [0, 2, 1], [2, 0, 1]])
+def test_transpose_matches_ort(perm: list[int] | None) -> None:
+    attrs = {} if perm is None else {"perm": perm}
+    for dtype in (np.float16, np.int8):
+        feeds = {"x": _x(2, 3, 4, dtype=dtype)}
+        assert_matches_ort(node_model("Transpose", feeds, **attrs), feeds)
+
+
+def test_transpose_with_bad_perm_raises_node_error() -> None:
+    feeds = {"x": _x(2, 3)}
+    with pytest.raises(NodeError, match="not a permutation"):
+        run_ours(node_model("Transpose", feeds, perm=[0, 0]), feeds)
+
+
+def test_identity_copies_strings() -> None:
+    x = np.array(["x", "yy"], dtype=object)
+    assert_strings_match_ort(node_model("Identity", {"x": x}), {"x": x})
+
+
+def test_scalar_transpose_and_reshape_keep_rank_zero() -> None:
+    x = np.array(2.5, np.float32)
+    assert_matches_ort(node_model("Transpose", {"x": x}), {"x": x})
+    feeds = {"x": np.array([2.5], np.float32), "s": np.zeros(0, I64)}
+    assert_matches_ort(node_model("Reshape", feeds), feeds)
+
+
+def test_squeeze_with_empty_axes_input_squeezes_all_unit_dims() -> None:
+    feeds = {"x": _x(1, 2, 1), "a": np.zeros(0, I64)}
+    assert_matches_ort(node_model("Squeeze", feeds), feeds)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+@pytest.mark.parametrize("idx_dtype", [np.int32, np.int64])
+def test_gather_with_negative_indices_matches_ort(axis: int, idx_dtype: type) -> None:
+    data = _x(3, 4, 5)
+    n = data.shape[axis]
+    feeds = {"x": data, "i": RNG.integers(-n, n, size=(2, 3)).astype(idx_dtype)}
+    assert_matches_ort(node_model("Gather", feeds, axis=axis), feeds)
+
+
+def test_gather_moves_strings() -> None:
+    feeds = {"x": np.array(["a", "b", "c"], dtype=object), "i": np.array([[2, -3]], I64)}
+    model = node_model("Gather", feeds)
+    assert run_ours(model, feeds)[0].tolist() == run_ort(model, feeds)[0].tolist()
+
+
+@pytest.mark.parametrize("op,bad", [("Gather", 3), ("Gather", -4)])
+def test_gather_out_of_range_index_raises_node_error(op: str, bad: int) -> None:
+    feeds = {"x": _x(3, 3), "i": np.array([[0, bad]], I64)}
+    with pytest.raises(NodeError, match=f"value {bad} is out of range"):
+        run_ours(node_model(op, feeds), feeds)

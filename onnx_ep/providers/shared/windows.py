@@ -1,4 +1,4 @@
-"""Sliding-window geometry shared by Conv and the pooling ops.
+"""Sliding-window geometry shared by Conv and the pooling ops of every provider.
 
 One place computes pads (explicit or ``auto_pad``), output sizes (``ceil_mode``
 included), the padded input, and the two ways to read windows: the strided, dilated
