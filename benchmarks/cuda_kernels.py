@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""CUDA provider speed against its ceilings, side by side in one GPU run (issue 5, point 11).
+"""CUDA provider speed against its ceilings, side by side in one GPU run.
 
-1. Device-to-device copy bandwidth (``runtime.copy_dtod``, cuMemcpyDtoDAsync) at
+1. Device-to-device copy bandwidth (``copies.copy_dtod``, cuMemcpyDtoDAsync) at
    --size-mib (256 MiB): bytes read + written per second. The ceiling for 2 and 3.
 2. Elementwise Add (float32/float16/bfloat16), Mul float16 and Cast float32->float16 with
    256 MiB outputs; bytes of every input and output per second, and % of the copy (target
@@ -19,7 +19,7 @@
    raw cuLaunchKernel of the same kernel made three ways side by side: (values, ctypes)
    tuples through cuda-bindings, a prebuilt ``void*[]`` through cuda-bindings, and the
    same array through ctypes into libcuda, with each one's speed-up over the tuple path
-   (the measurement behind runtime.py's default launch path).
+   (the measurement behind launch.py's default launch path).
 6. Kernel-cache start: in a subprocess with ONNX_EP_CACHE_DIR an empty directory, the
    demo transformer's Session + first run (compiling every source it uses) and then the
    rest of the kernel sources; the same again in a new subprocess on the warm cache.
@@ -92,10 +92,11 @@ F32, F16 = np.dtype(np.float32), np.dtype(np.float16)
 ONNX_TYPE = {F32: TensorProto.FLOAT, F16: TensorProto.FLOAT16, BF16: TensorProto.BFLOAT16}
 SHORT = {F32: "fp32", F16: "fp16", BF16: "bf16"}
 
-#: DESIGN.md "Facts measured on the H200": the ceilings this run is compared with
-DESIGN_COPY_GBS = 4272.0
-DESIGN_CUBLAS_FP16_TFLOPS = 757.0
-#: issue 5 point 11 targets
+#: the H200 reference figures (docs/PERFORMANCE.md#reference-figures) this run is compared with
+REFERENCE_COPY_GBS = 4272.0
+REFERENCE_CUBLAS_FP16_TFLOPS = 757.0
+#: the provider's speed targets: elementwise and row kernels near copy bandwidth, GEMM near
+#: cuBLAS through torch, and host dispatch cheap enough for decode
 TARGET_ELEMENTWISE = 0.80
 TARGET_NORM = 0.70
 TARGET_GEMM = 0.90
@@ -223,12 +224,14 @@ class Bench:
 
     def __init__(self, args: argparse.Namespace) -> None:
         from onnx_ep.core.memory import Role
-        from onnx_ep.providers.cuda import runtime
+        from onnx_ep.providers.cuda import copies, driver, launch
         from onnx_ep.providers.cuda.allocator import CudaAllocator
+        from onnx_ep.providers.cuda.device import get_device
 
         self.args = args
-        self.runtime = runtime
-        self.device = runtime.get_device(0)
+        #: the driver-layer modules the sections call (section 5 swaps launch.launch_path)
+        self.copies, self.driver, self.launch = copies, driver, launch
+        self.device = get_device(0)
         self.nbytes = int(args.size_mib * MIB)
         self.iters = args.iters
         self.allocator = CudaAllocator.for_device(self.device, None)
@@ -246,12 +249,11 @@ class Bench:
 
     def backlog_count(self) -> int:
         """Copies of the scratch buffer that outlast the host's enqueueing of the iterations."""
-        per_copy_us = 2 * self.nbytes / (DESIGN_COPY_GBS * 1e3)
+        per_copy_us = 2 * self.nbytes / (REFERENCE_COPY_GBS * 1e3)
         return min(1000, math.ceil(self.iters * HOST_US_PER_ITER / per_copy_us) + 2)
 
     def gpu_ms(self, fn: Callable[[], Any], stream: Any, warmup: int = 3) -> list[float]:
         """Milliseconds of each of ``iters`` calls of ``fn`` on ``stream`` (event pairs)."""
-        rt = self.runtime
         events = [(self.device.new_event(timing=True), self.device.new_event(timing=True))
                   for _ in range(self.iters)]
         try:
@@ -259,7 +261,7 @@ class Bench:
                 fn()
             a, b = self.scratch
             for _ in range(self.backlog_count()):
-                rt.copy_dtod(b.ptr, a.ptr, self.nbytes, stream)
+                self.copies.copy_dtod(b.ptr, a.ptr, self.nbytes, stream)
             for start, end in events:
                 start.record(stream)
                 fn()
@@ -397,13 +399,13 @@ def bench_copy(b: Bench) -> Row:
     try:
         src, dst = b.scratch
         ms = statistics.median(b.gpu_ms(
-            lambda: b.runtime.copy_dtod(dst.ptr, src.ptr, b.nbytes, stream), stream))
+            lambda: b.copies.copy_dtod(dst.ptr, src.ptr, b.nbytes, stream), stream))
     finally:
         stream.close()
     gbs = 2 * b.nbytes / (ms * 1e-3) / 1e9
     b.copy_gbs = gbs
     return Row(1, f"cuMemcpyDtoDAsync {b.args.size_mib:g} MiB", ms, gbs, "GB/s",
-               f"DESIGN.md {DESIGN_COPY_GBS:,.0f} GB/s", 100 * gbs / DESIGN_COPY_GBS, "%",
+               f"reference {REFERENCE_COPY_GBS:,.0f} GB/s", 100 * gbs / REFERENCE_COPY_GBS, "%",
                "ceiling", None, "read + write bytes counted")
 
 
@@ -430,8 +432,8 @@ def bandwidth_row(b: Bench, section: int, case: str, model: onnx.ModelProto,
     gbs = moved / (ms * 1e-3) / 1e9
     ceiling, ref = b.copy_gbs, "copy"
     if ceiling is None:
-        ceiling, ref = DESIGN_COPY_GBS, "DESIGN.md copy"
-        note = "; ".join(x for x in (note, "section 1 not run: DESIGN.md copy used") if x)
+        ceiling, ref = REFERENCE_COPY_GBS, "reference copy"
+        note = "; ".join(x for x in (note, "section 1 not run: reference copy used") if x)
     share = gbs / ceiling
     return Row(section, case, ms, gbs, "GB/s", f"{ref} {ceiling:,.0f} GB/s", 100 * share, "%",
                f">= {100 * target:.0f} %", share >= target,
@@ -576,7 +578,7 @@ def bench_gemm(b: Bench, dtype: np.dtype, m: int, k: int, n: int,
     ratio = ours_tf / torch_tf
     note = f"max abs(ours - torch) / max abs(torch) = {diff:.1e}"
     if dtype == F16 and key == (4096, 4096, 4096):
-        note += f"; DESIGN.md cuBLAS {DESIGN_CUBLAS_FP16_TFLOPS:.0f} TFLOP/s"
+        note += f"; reference cuBLAS {REFERENCE_CUBLAS_FP16_TFLOPS:.0f} TFLOP/s"
     return Row(4, "", ours_ms, ours_tf, "TFLOP/s",
                f"torch {torch_tf:,.1f} TFLOP/s ({torch_ms:.3f} ms)", ratio, "x",
                f">= {TARGET_GEMM:.2f}", ratio >= TARGET_GEMM, note)
@@ -626,11 +628,12 @@ def bench_launch(b: Bench) -> list[Row]:
     """One Add [1] kernel: ``step.call`` alone on each launch path, and the same launch made
     three ways with everything prebuilt: (values, ctypes) tuples through cuda-bindings (the
     bindings pack them per call), a packed ``void*[]`` through cuda-bindings, and the same
-    array through ctypes straight into libcuda (runtime.py's docstring explains the paths)."""
+    array through ctypes straight into libcuda (launch.py's docstring explains the paths)."""
     from onnx_ep.providers.cuda import nvrtc
-    from onnx_ep.providers.cuda.kernels.elementwise import SOURCE, launch_geometry
+    from onnx_ep.providers.cuda.kernels.base import launch_geometry
+    from onnx_ep.providers.cuda.kernels.elementwise import SOURCE
 
-    rt, calls = b.runtime, 1000
+    rt, calls = b.launch, 1000
     x = np.array([0.5], np.float32)
     step = KernelStep(one_node_model("Add", [("a", F32, [1]), ("b", F32, [1])], (F32, [1])),
                       {"a": x, "b": x})
@@ -692,14 +695,14 @@ def bench_launch(b: Bench) -> list[Row]:
             best, med = times[name]
             rows.append(Row(5, f"raw cuLaunchKernel, prebuilt {name}", best * 1e3,
                             best / calls * 1e6, "µs/launch",
-                            "tuple path" if name != ways[0][0] else "DESIGN.md 4-6 µs",
+                            "tuple path" if name != ways[0][0] else "reference 4-6 µs",
                             base / best if name != ways[0][0] else None,
                             "x" if name != ways[0][0] else "", "", None,
                             f"time = {calls} launches + 1 sync (host); median "
                             f"{med / calls * 1e6:.2f} µs/launch; x = tuple path's time / this"))
         rows += core_vs_ours(b, stream, int(y.ptr), calls)
         verdict = min(times, key=lambda k: times[k][0])
-        progress(f"[5]   cheapest launch: {verdict}; runtime default: {default} "
+        progress(f"[5]   cheapest launch: {verdict}; default path: {default} "
                  f"(ONNX_EP_LAUNCH={os.environ.get('ONNX_EP_LAUNCH', '')!r})")
     finally:
         step.close()
@@ -710,11 +713,11 @@ def core_vs_ours(b: Bench, stream: Any, ptr: int, calls: int) -> list[Row]:
     """``cuda.core.launch`` of testing.cu's ``fill_f32`` against our prebuilt launch of the
     same kernel (the issue asks to measure cuda.core against raw driver calls)."""
     from onnx_ep.providers.cuda import nvrtc
+    from onnx_ep.providers.cuda.kernels.base import F32, I64, PTR
 
-    rt = b.runtime
     fn = nvrtc.get_function("testing", "fill_f32", b.device)
-    ours = rt.prepare(fn, (1, 1, 1), (32, 1, 1),
-                      [(ptr, rt.PTR), (1.0, rt.F32), (1, rt.I64)], stream, path="bindings")
+    ours = b.launch.prepare(fn, (1, 1, 1), (32, 1, 1), [(ptr, PTR), (1.0, F32), (1, I64)],
+                            stream, path="bindings")
     ways: list[tuple[str, Callable[[], None]]] = [("ours (void*[] via bindings)", ours)]
     try:
         import cuda.core as cc
@@ -753,13 +756,15 @@ def cache_child() -> int:
     t_import = time.perf_counter()
     from onnx_ep import Session
     from onnx_ep.demo import build_demo_model, demo_feeds
-    from onnx_ep.providers.cuda import nvrtc, runtime
+    from onnx_ep.providers.cuda import driver as cuda_driver
+    from onnx_ep.providers.cuda import nvrtc
+    from onnx_ep.providers.cuda.device import get_device
 
-    support = runtime.is_available()
+    support = cuda_driver.is_available()
     if not support:
         print(json.dumps({"error": f"CUDA is unavailable: {support.reason}"}))
         return 2
-    dev = runtime.get_device(0)
+    dev = get_device(0)
     import_s = time.perf_counter() - t_import
     cache = nvrtc.cache_dir()
 
@@ -784,7 +789,7 @@ def cache_child() -> int:
     # compile (or read) every cubin in parallel threads, then load the modules in order
     from concurrent.futures import ThreadPoolExecutor
 
-    driver = runtime.driver_version()
+    driver = cuda_driver.driver_version()
 
     def cubin(source: str) -> None:
         nvrtc.cached_cubin(nvrtc.source_path(source).read_text(), f"{source}.cu",
@@ -890,7 +895,7 @@ def machine(b: Bench | None) -> dict[str, str]:
         dev = b.device
         info["gpu"] = f"{dev.name} ({dev.arch}, {dev.multiprocessors} SMs, " \
                       f"{dev.total_bytes / 2**30:.0f} GiB)"
-        info["driver"] = str(b.runtime.driver_version())
+        info["driver"] = str(b.driver.driver_version())
         try:
             info["nvrtc"] = "%d.%d" % nvrtc.nvrtc_version()
         except Exception:   # noqa: BLE001 - informational only
@@ -1003,9 +1008,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.nodes < 2:
         print("--nodes must be at least 2", file=sys.stderr)
         return 2
-    from onnx_ep.providers.cuda import runtime
+    from onnx_ep.providers.cuda import driver
 
-    support = runtime.is_available()
+    support = driver.is_available()
     if not support:
         print(f"cuda_kernels.py: CUDA is unavailable here: {support.reason}\n"
               f"This benchmark needs an NVIDIA GPU with the CUDA driver and cuda-bindings "

@@ -70,21 +70,23 @@ def apply(config: dict[str, int]) -> None:
 
 def describe(dtype: Any, rows: int, cols: int) -> str:
     """Which kernel the current settings run at this shape, and its grid."""
-    from onnx_ep.providers.cuda import nvrtc, runtime
+    from onnx_ep.providers.cuda import nvrtc
+    from onnx_ep.providers.cuda.device import get_device
     from onnx_ep.providers.cuda.kernels import softmax
-    from onnx_ep.providers.cuda.kernels.device_kernel import suffix
+    from onnx_ep.providers.cuda.kernels.base import suffix
+    from onnx_ep.providers.cuda.launch import max_active_blocks
 
-    fr = softmax.fast_launch(rows, cols, 16 // dtype.itemsize, dtype)
+    fr = softmax.fast_rows(rows, cols, 16 // dtype.itemsize, dtype)
     if fr is None:
         return "multi-pass"
-    device = runtime.get_device(0)
-    fn, grid, stages = softmax.fast_kernel(
+    device = get_device(0)
+    fn, grid, stages = softmax.fast_rows_kernel(
         fr, lambda infix: nvrtc.get_function("softmax", f"softmax_{infix}_{suffix(dtype)}",
                                              device), device)
     threads = f"{fr.block[0]}x{fr.block[1]} thr, {grid[0]} blocks"
     if not stages:
         return f"{fr.direct_infix} {threads}"
-    per_sm = runtime.max_active_blocks(fn, fr.block[0] * fr.block[1], fr.shared_bytes)
+    per_sm = max_active_blocks(fn, fr.block[0] * fr.block[1], fr.shared_bytes)
     return f"{fr.pipe_infix} x{stages} {threads} ({per_sm}/SM), {fr.shared_bytes // 1024} KiB"
 
 
@@ -95,9 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iters", type=int, default=20, help="timed calls per cell (20)")
     ap.add_argument("--size-mib", type=float, default=256, help="input size, MiB (256)")
     args = ap.parse_args(argv)
-    from onnx_ep.providers.cuda import runtime
+    from onnx_ep.providers.cuda import driver
 
-    support = runtime.is_available()
+    support = driver.is_available()
     if not support:
         print(f"row_kernels.py: CUDA is unavailable here: {support.reason}", file=sys.stderr)
         return 2

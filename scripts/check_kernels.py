@@ -25,9 +25,9 @@ def main() -> int:
     ns = ap.parse_args()
     device = None
     if ns.load:
-        from onnx_ep.providers.cuda import runtime
+        from onnx_ep.providers.cuda.device import get_device
 
-        device = runtime.get_device(0)
+        device = get_device(0)
     failed = 0
     for path in sorted(nvrtc.KERNELS_DIR.glob("*.cu")):
         t0 = time.perf_counter()

@@ -31,7 +31,7 @@ from onnx_ep.core.kernel import Support
 from onnx_ep.core.placement import node_meta
 from onnx_ep.errors import NoKernelError
 from onnx_ep.core.plugin_manager import build_plugins
-from onnx_ep.providers.cuda import runtime as cuda_runtime
+from onnx_ep.providers.cuda import driver as cuda_driver
 from onnx_ep.testing.node_suite import load_cases, load_skips
 
 
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None, help="write per-case results here")
     args = ap.parse_args(argv)
 
-    cuda_runtime.is_available = lambda: Support.YES  # placement only: nothing launches
+    cuda_driver.is_available = lambda: Support.YES  # placement only: nothing launches
     registry = build_plugins(()).registry
     skips = load_skips()
     all_cases = load_cases(args.pattern)

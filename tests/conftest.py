@@ -20,7 +20,7 @@ def _hide_cuda_from_host_tests(request: pytest.FixtureRequest,
             or "cuda" in request.node.path.relative_to(request.config.rootpath).parts[:3]):
         return
     from onnx_ep.core.kernel import Support
-    from onnx_ep.providers.cuda import runtime
+    from onnx_ep.providers.cuda import driver
 
-    monkeypatch.setattr(runtime, "is_available",
+    monkeypatch.setattr(driver, "is_available",
                         lambda: Support.no("hidden from tests not marked cuda (tests/conftest.py)"))

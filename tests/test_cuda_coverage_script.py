@@ -10,10 +10,10 @@ SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "cuda_coverage.py"
 
 
 def test_coverage_script_places_cases_and_explains_declines(tmp_path, monkeypatch, capsys):
-    from onnx_ep.providers.cuda import runtime
+    from onnx_ep.providers.cuda import driver
 
     # the script forces CUDA's availability for placement; put the real one back afterwards
-    monkeypatch.setattr(runtime, "is_available", runtime.is_available)
+    monkeypatch.setattr(driver, "is_available", driver.is_available)
     spec = importlib.util.spec_from_file_location("cuda_coverage", SCRIPT)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -30,9 +30,9 @@ def test_coverage_script_places_cases_and_explains_declines(tmp_path, monkeypatc
 
 
 def test_coverage_script_lists_cases_not_on_cuda(monkeypatch, capsys):
-    from onnx_ep.providers.cuda import runtime
+    from onnx_ep.providers.cuda import driver
 
-    monkeypatch.setattr(runtime, "is_available", runtime.is_available)
+    monkeypatch.setattr(driver, "is_available", driver.is_available)
     spec = importlib.util.spec_from_file_location("cuda_coverage", SCRIPT)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -43,9 +43,9 @@ def test_coverage_script_lists_cases_not_on_cuda(monkeypatch, capsys):
 
 
 def test_coverage_script_plans_cases_at_their_input_shapes(monkeypatch, capsys):
-    from onnx_ep.providers.cuda import runtime
+    from onnx_ep.providers.cuda import driver
 
-    monkeypatch.setattr(runtime, "is_available", runtime.is_available)
+    monkeypatch.setattr(driver, "is_available", driver.is_available)
     spec = importlib.util.spec_from_file_location("cuda_coverage", SCRIPT)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

@@ -89,4 +89,6 @@ def test_committed_cuda_results_match_their_summary():
     on = sum(c["on_cuda"] for c in data["cases"].values())
     assert data["summary"]["entirely_on_cuda"] == on
     assert data["summary"]["total"] == len(data["cases"])
-    assert on >= 0.6 * data["summary"]["total"]        # issue 5's coverage target
+    # the CUDA provider runs most of the suite itself; a drop below this means kernels
+    # were lost (or declined) rather than a few cases changing
+    assert on >= 0.6 * data["summary"]["total"]

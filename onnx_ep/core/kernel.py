@@ -432,9 +432,3 @@ def check_runner(obj: Any) -> str | None:
             if not (isinstance(out, int) and isinstance(inp, int) and out >= 0 and inp >= 0):
                 return f"'aliases' must map output indices to input indices, got {out!r}: {inp!r}"
     return None
-
-def __getattr__(name: str):  # TEMPORARY during the move of provider contracts
-    if name in ("Provider", "DeviceRuntime", "StableRegion", "DeviceAllocation"):
-        from onnx_ep.core import provider
-        return getattr(provider, name)
-    raise AttributeError(name)

@@ -5,7 +5,7 @@ charged to the authority as one ``weights`` reservation.
 
 A device session whose memory policy streams (docs/MEMORY.md) uploads no weight into
 ordinary blocks. :class:`DevicePager` lays every initializer read on the device into one
-:class:`~onnx_ep.core.kernel.StableRegion` (packed in first-use order, 256-byte aligned),
+:class:`~onnx_ep.core.provider.StableRegion` (packed in first-use order, 256-byte aligned),
 keeps the host copies, and backs a bounded window of physical pages, all charged to the
 authority as one ``weights`` reservation. Before a step runs, :meth:`DevicePager.page_in`
 makes the pages its weights lie on resident: a free page, or the least recently used page

@@ -42,7 +42,7 @@ def device_type(device: str) -> str:
 
 
 def device_runtime(device: str) -> Any:
-    """The :class:`~onnx_ep.core.kernel.DeviceRuntime` of ``device`` (``"cuda"``, ``"cuda:0"``).
+    """The :class:`~onnx_ep.core.provider.DeviceRuntime` of ``device`` (``"cuda"``, ``"cuda:0"``).
 
     :raises ProviderUnavailable: no available provider runs on that device type.
     """

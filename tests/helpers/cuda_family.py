@@ -56,13 +56,11 @@ def model(op: str, feeds: dict[str, np.ndarray], attrs: dict | None = None, *,
 
 def cuda_kernel(op: str, dtype: Any, opset: int = 21) -> Any:
     """The registered CUDA kernel of ``op`` bound for ``dtype`` (for its promise)."""
-    import importlib
-
     from onnx_ep.core.kernel import NodeMeta, TensorSpec
     from onnx_ep.providers import cuda
 
-    for name in cuda.MODULES:
-        for k in importlib.import_module(f"onnx_ep.providers.cuda.kernels.{name}").KERNELS:
+    for module in cuda.kernel_modules():
+        for k in module.KERNELS:
             if k.key.op_type == op:
                 meta = NodeMeta(name="n", op_type=op, domain="", opset=opset, attrs={},
                                 inputs=(TensorSpec(dtype, (1,)),))

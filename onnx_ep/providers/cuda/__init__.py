@@ -2,75 +2,118 @@
 
 Registered through the same hooks a third party uses. Importing this package
 does not import ``cuda``: :func:`is_available` answers without a GPU (and
-without cuda-python) with the reason, and the runtime modules import the
-bindings on first use.
+without cuda-python) with the reason, and :mod:`.driver` imports the bindings
+on first use.
 
-Kernel modules live in ``kernels/`` and are listed in :data:`MODULES`; each
-defines ``KERNELS: list`` of kernel instances.
+The driver layer: :mod:`.driver` (the bindings, errors, availability),
+:mod:`.device` (devices, streams, events), :mod:`.launch` (modules, functions,
+launches), :mod:`.copies` (memory copies), :mod:`.nvrtc` (compilation),
+:mod:`.blas` (cuBLASLt), :mod:`.allocator` and :mod:`.paging` (memory).
+Op families live in ``kernels/`` (each module derives its kernels from
+:class:`.kernels.base.CudaKernel` and defines ``KERNELS: list``) and are listed
+in :func:`kernel_modules`.
+
+What a third-party CUDA kernel needs is exported here (imported on first use, so this
+package stays light): the one kernel base :class:`CudaKernel` (and its float-only
+:class:`FloatKernel`), :class:`DeviceTensor`, the launch helpers ``BLOCK`` and
+``grid_1d``, the dtype table helpers ``suffix`` and ``dtype_support``, and the geometry
+struct ``Geo`` with ``struct_arg``. docs/KERNELS.md ("Adding a CUDA op") walks through them.
 """
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
-from onnx_ep.core.kernel import Provider, Support
-from onnx_ep.plugins.hookspecs import RegisterKernel, RegisterProvider, hookimpl
+from onnx_ep.core.hookspecs import RegisterKernel, RegisterProvider, hookimpl
+from onnx_ep.core.kernel import Support
+from onnx_ep.core.provider import Provider
 
 NAME = "cuda"
 
-#: kernel modules under ``providers/cuda/kernels/``; each defines ``KERNELS: list``.
-MODULES: tuple[str, ...] = (
-    "cast",
-    "elementwise",
-    "movement",
-    "shape",
-    "reduce",
-    "softmax",
-    "gemm",
-    "conv",
-    "pool",
-    "attention",
-    "loss",
-    "normalization",
-    "resize",
-    "indexing",
-    "einsum",
-    "quantize",
-)
+#: public name -> module that defines it (PEP 562: imported on first use)
+_EXPORTS: dict[str, str] = {
+    **{name: "onnx_ep.providers.cuda.kernels.base" for name in (
+        "CudaKernel", "FloatKernel", "Geo", "dtype_support", "struct_arg", "suffix")},
+    "BLOCK": "onnx_ep.providers.cuda.launch",
+    "grid_1d": "onnx_ep.providers.cuda.launch",
+    "DeviceTensor": "onnx_ep.providers.cuda.tensor",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
 
 #: the holder that host <-> device transfers of the provider are charged to
 TRANSFER_HOLDER = "transfer"
 
 
-def is_available() -> Support:
-    """Whether CUDA runs here (lazy: imports the runtime, which imports cuda on first call)."""
-    from onnx_ep.providers.cuda import runtime
+def kernel_modules() -> tuple[ModuleType, ...]:
+    """The op-family modules under ``kernels/``, each defining ``KERNELS: list``.
 
-    return runtime.is_available()
+    Imported on the first call (registration), not with this package; none of them imports
+    ``cuda`` either: the driver loads on the first launch.
+    """
+    from onnx_ep.providers.cuda.kernels import (
+        activation,
+        attention,
+        cast,
+        conv,
+        einsum,
+        elementwise,
+        gemm,
+        indexing,
+        loss,
+        movement,
+        normalization,
+        pool,
+        quantize,
+        reduce,
+        resize,
+        shape,
+        softmax,
+    )
+
+    return (cast, elementwise, activation, movement, shape, reduce, softmax, gemm, conv, pool,
+            attention, loss, normalization, resize, indexing, einsum, quantize)
+
+
+def is_available() -> Support:
+    """Whether CUDA runs here (lazy: :mod:`.driver` imports cuda on its first call)."""
+    from onnx_ep.providers.cuda import driver
+
+    return driver.is_available()
 
 
 def default_stream() -> Any:
     """The provider-wide stream of device 0."""
-    from onnx_ep.providers.cuda import runtime
+    from onnx_ep.providers.cuda.device import get_device
 
-    return runtime.get_device(0).default_stream
+    return get_device(0).default_stream
 
 
 def device_runtime() -> Any:
     """The :class:`~onnx_ep.providers.cuda.device_runtime.CudaRuntime` of device 0."""
-    from onnx_ep.providers.cuda.device_runtime import runtime_for
+    from onnx_ep.providers.cuda.device_runtime import cuda_runtime
 
-    return runtime_for(0)
+    return cuda_runtime(0)
 
 
 def default_allocator() -> Any:
     """The allocator of device 0 with the device's free memory as budget."""
-    from onnx_ep.providers.cuda import runtime
     from onnx_ep.providers.cuda.allocator import CudaAllocator
+    from onnx_ep.providers.cuda.device import get_device
 
-    return CudaAllocator.for_device(runtime.get_device(0), None)
+    return CudaAllocator.for_device(get_device(0), None)
 
 
 def to_host(tensor: Any, stream: Any = None) -> np.ndarray:
@@ -100,6 +143,6 @@ def onnx_ep_register_providers(register: RegisterProvider) -> None:
 
 @hookimpl
 def onnx_ep_register_kernels(register: RegisterKernel) -> None:
-    from onnx_ep.plugins.manager import register_kernel_modules
+    from onnx_ep.core.registry import register_kernel_modules
 
-    register_kernel_modules(register, f"{__name__}.kernels", MODULES, NAME)
+    register_kernel_modules(register, kernel_modules(), NAME)

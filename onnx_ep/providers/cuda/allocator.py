@@ -41,7 +41,7 @@ pool to reuse blocks. VMM granules (2 MiB) are multiples of 512, so they are
 charged exactly.
 
 Must not be called while a stream captures: ``cuMemAlloc``/``cuMemFree``
-invalidate a capture (DESIGN.md). The planner allocates before capture.
+invalidate a capture. The planner allocates before capture.
 """
 
 from __future__ import annotations
@@ -53,7 +53,8 @@ from typing import Any
 
 from onnx_ep.core.memory import DeviceMemoryAuthority, Reservation, Role, authority_for
 from onnx_ep.errors import CudaError, MemoryBudgetError
-from onnx_ep.providers.cuda.runtime import Device, check, driver
+from onnx_ep.providers.cuda.device import Device
+from onnx_ep.providers.cuda.driver import check, driver
 
 #: ledger granule for cuMemAlloc blocks (see the module docstring)
 BLOCK_GRANULARITY = 512

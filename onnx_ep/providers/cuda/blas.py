@@ -205,9 +205,9 @@ def handle(ordinal: int = 0) -> int:
         with _lock:
             h = _handles.get(ordinal)
             if h is None:
-                from onnx_ep.providers.cuda import runtime
+                from onnx_ep.providers.cuda.device import get_device
 
-                runtime.get_device(ordinal).set_current()
+                get_device(ordinal).set_current()
                 try:
                     h = _handles[ordinal] = int(lt().create())
                 except Exception as e:  # cuBLASLtError, or the library not found

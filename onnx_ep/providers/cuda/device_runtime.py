@@ -1,4 +1,4 @@
-"""CudaRuntime: the :class:`~onnx_ep.core.kernel.DeviceRuntime` the core drives for one GPU.
+"""CudaRuntime: the :class:`~onnx_ep.core.provider.DeviceRuntime` the core drives for one GPU.
 
 The core's ``DeviceBinding`` reserves every byte in the device's authority and
 then asks this object to back the reservation (:meth:`CudaRuntime.allocate`),
@@ -14,8 +14,9 @@ import numpy as np
 
 from onnx_ep.core.kernel import TensorSpec
 from onnx_ep.core.memory import Reservation
-from onnx_ep.providers.cuda import runtime
+from onnx_ep.providers.cuda import copies
 from onnx_ep.providers.cuda.allocator import BLOCK_GRANULARITY, CudaAllocator, DeviceAllocation
+from onnx_ep.providers.cuda.device import Device, Stream, get_device
 from onnx_ep.providers.cuda.tensor import DeviceTensor
 
 if TYPE_CHECKING:
@@ -24,11 +25,11 @@ if TYPE_CHECKING:
 _runtimes: dict[int, CudaRuntime] = {}
 
 
-def runtime_for(ordinal: int = 0) -> CudaRuntime:
+def cuda_runtime(ordinal: int = 0) -> CudaRuntime:
     """The :class:`CudaRuntime` of device ``ordinal`` (one per process)."""
     rt = _runtimes.get(ordinal)
     if rt is None:
-        rt = _runtimes.setdefault(ordinal, CudaRuntime(runtime.get_device(ordinal)))
+        rt = _runtimes.setdefault(ordinal, CudaRuntime(get_device(ordinal)))
     return rt
 
 
@@ -41,7 +42,7 @@ class CudaRuntime:
 
     granularity = BLOCK_GRANULARITY
 
-    def __init__(self, device: runtime.Device) -> None:
+    def __init__(self, device: Device) -> None:
         self.cuda_device = device
         self.device = f"cuda:{device.ordinal}"
         self.allocator = CudaAllocator.for_device(device, None)
@@ -50,7 +51,7 @@ class CudaRuntime:
         """Free device memory now (``cuMemGetInfo``)."""
         return self.cuda_device.free_bytes()
 
-    def new_stream(self) -> runtime.Stream:
+    def new_stream(self) -> Stream:
         return self.cuda_device.new_stream()
 
     def allocate(self, reservation: Reservation) -> DeviceAllocation:
@@ -65,35 +66,35 @@ class CudaRuntime:
         return DeviceTensor(allocation.ptr + offset, spec.dtype, spec.shape,
                             self.cuda_device.ordinal, owner=allocation)
 
-    def upload(self, array: np.ndarray, out: DeviceTensor, stream: runtime.Stream) -> DeviceTensor:
+    def upload(self, array: np.ndarray, out: DeviceTensor, stream: Stream) -> DeviceTensor:
         """Copy ``array`` into ``out`` (same dtype and shape), async on ``stream``."""
         host = np.asarray(array, order="C")   # ascontiguousarray would make 0-d 1-d
         if host.dtype != out.dtype or host.shape != out.shape:
             raise ValueError(f"upload of {host.dtype}{list(host.shape)} into a device tensor "
                              f"of {out.dtype}{list(out.shape)}")
-        runtime.copy_htod(out.ptr, host, stream)
+        copies.copy_htod(out.ptr, host, stream)
         return out
 
-    def download(self, tensor: DeviceTensor, stream: runtime.Stream) -> np.ndarray:
+    def download(self, tensor: DeviceTensor, stream: Stream) -> np.ndarray:
         """Copy to a new host array and wait for it."""
         return tensor.numpy(stream)
 
-    def synchronize(self, stream: runtime.Stream) -> None:
+    def synchronize(self, stream: Stream) -> None:
         stream.synchronize()
 
-    def copy(self, src: DeviceTensor, dst: DeviceTensor, stream: runtime.Stream) -> DeviceTensor:
+    def copy(self, src: DeviceTensor, dst: DeviceTensor, stream: Stream) -> DeviceTensor:
         """Device-to-device copy of ``src`` into ``dst`` (same dtype and shape), async."""
         if src.dtype != dst.dtype or src.shape != dst.shape:
             raise ValueError(f"copy of {src.dtype}{list(src.shape)} into a device tensor of "
                              f"{dst.dtype}{list(dst.shape)}")
-        runtime.copy_dtod(dst.ptr, src.ptr, src.nbytes, stream)
+        copies.copy_dtod(dst.ptr, src.ptr, src.nbytes, stream)
         return dst
 
     def from_dlpack(self, obj: object) -> DeviceTensor:
         """Zero-copy import of a CUDA DLPack producer, ordered before :meth:`default_stream`."""
         return DeviceTensor.from_dlpack(obj, self.default_stream())
 
-    def default_stream(self) -> runtime.Stream:
+    def default_stream(self) -> Stream:
         return self.cuda_device.default_stream
 
     def stable_region(self, nbytes: int, holder: str) -> CudaPagedRegion:

@@ -1,11 +1,10 @@
 """NVRTC compilation of the ``kernels/*.cu`` sources to cubin, with an on-disk cache.
 
-Sources compile straight to SASS for the device (``-arch=sm_90``): DESIGN.md
-measured 77-127 ms cold for five small kernels and 0.2 ms to load a cubin,
-while going through PTX adds ~100 ms of driver JIT per module. Cubins are
-cached in ``~/.cache/onnx_ep/cubin`` (``$ONNX_EP_CACHE_DIR/cubin`` when set),
-keyed by sha256 of the source, the headers next to it, the options, the
-architecture, the driver version and the NVRTC version, so any change
+Sources compile straight to SASS for the device (``-arch=sm_90``): a cubin loads in a
+fraction of a millisecond, while PTX would add ~100 ms of driver JIT per module at every
+process start. Cubins are cached in ``~/.cache/onnx_ep/cubin`` (``$ONNX_EP_CACHE_DIR/cubin``
+when set), keyed by sha256 of the source, the headers next to it (every ``ep_*.cuh``), the
+options, the architecture, the driver version and the NVRTC version, so any change
 recompiles and nothing stale is ever loaded.
 
 :func:`compile_stats` counts compiles and cache hits for the benchmark's
@@ -40,7 +39,7 @@ _HEADER_SUFFIXES = (".cuh", ".h", ".hpp")
 
 _lock = threading.RLock()
 _functions: dict[tuple[str, str, tuple[str, ...], int], Any] = {}
-_modules: dict[tuple[str, int], Any] = {}   # (cache key, device ordinal) -> runtime.Module
+_modules: dict[tuple[str, int], Any] = {}   # (cache key, device ordinal) -> launch.Module
 _stats = {"compiles": 0, "cache_hits": 0, "loads": 0, "compile_seconds": 0.0}
 
 
@@ -204,7 +203,7 @@ def _check(result: tuple[Any, ...], what: str, log: str = "") -> Any:
 
 def _read_bytes(getter: Any, prog: Any, size: int) -> bytes:
     # a private buffer of >= 2 bytes: bytes of length 0 or 1 are shared CPython singletons
-    # and NVRTC writes into the buffer we pass (DESIGN.md pitfall)
+    # and NVRTC writes into the buffer we pass
     buf = bytes(max(int(size), 2))
     _check(getter(prog, buf), getter.__name__)
     return buf[:int(size)]
@@ -303,16 +302,17 @@ def source_path(source: str) -> Path:
 
 
 def get_module(source: str, device: Any, options: Sequence[str] = ()) -> Any:
-    """The loaded :class:`~onnx_ep.providers.cuda.runtime.Module` of ``kernels/<source>.cu``.
+    """The loaded :class:`~onnx_ep.providers.cuda.launch.Module` of ``kernels/<source>.cu``.
 
     Compiled once per (source, options, arch, versions) across processes (disk
     cache) and loaded once per process and device.
     """
-    from onnx_ep.providers.cuda import runtime
+    from onnx_ep.providers.cuda import driver as cuda_driver
+    from onnx_ep.providers.cuda import launch
 
     text = source_path(source).read_text()
     opts = full_options(device.arch, options)
-    driver = runtime.driver_version()
+    driver = cuda_driver.driver_version()
     key = cache_key(text, opts, device.arch, driver, nvrtc_version(), local_headers())
     with _lock:
         # a module already loaded on this device is reused without touching the disk
@@ -322,7 +322,7 @@ def get_module(source: str, device: Any, options: Sequence[str] = ()) -> Any:
         if module is None:
             cubin, _ = cached_cubin(text, f"{source}.cu", opts, device.arch, driver, key=key)
             device.set_current()
-            module = _modules[mkey] = runtime.load_module(cubin)
+            module = _modules[mkey] = launch.load_module(cubin)
             _stats["loads"] += 1
         return module
 

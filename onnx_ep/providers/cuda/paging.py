@@ -1,4 +1,4 @@
-"""The CUDA side of weight streaming: a :class:`~onnx_ep.core.kernel.StableRegion` on VMM.
+"""The CUDA side of weight streaming: a :class:`~onnx_ep.core.provider.StableRegion` on VMM.
 
 The core's pager (``onnx_ep.core.pager``) decides which weight pages are resident;
 this module does what it asks on the GPU through the allocator (the only module that
@@ -6,7 +6,7 @@ calls ``cuMemCreate`` / ``cuMemMap`` / ``cuMemUnmap``): one virtual range reserv
 (``cuMemAddressReserve``), physical 2 MiB pages created against the pager's
 reservation, mapped and unmapped under the range, filled with ``cuMemcpyHtoDAsync`` on
 the session's stream, and events as fences. A captured graph reads whatever page is
-mapped at its addresses, so pages move without re-capture (DESIGN.md, VMM facts).
+mapped at its addresses, so pages move without re-capture.
 See docs/MEMORY.md.
 """
 
@@ -16,8 +16,9 @@ import numpy as np
 
 from onnx_ep.core.kernel import TensorSpec
 from onnx_ep.core.memory import Reservation
-from onnx_ep.providers.cuda import runtime
+from onnx_ep.providers.cuda import copies
 from onnx_ep.providers.cuda.allocator import CudaAllocator, PhysicalMemory
+from onnx_ep.providers.cuda.device import Device, Event, Stream
 from onnx_ep.providers.cuda.tensor import DeviceTensor
 
 
@@ -26,7 +27,7 @@ class CudaFence:
 
     __slots__ = ("event", "_pool")
 
-    def __init__(self, event: runtime.Event, pool: list[runtime.Event]) -> None:
+    def __init__(self, event: Event, pool: list[Event]) -> None:
         self.event = event
         self._pool = pool
 
@@ -48,7 +49,7 @@ class CudaPagedRegion:
     :ivar nbytes: size of the range. :ivar page_bytes: the VMM granularity.
     """
 
-    def __init__(self, device: runtime.Device, allocator: CudaAllocator, nbytes: int,
+    def __init__(self, device: Device, allocator: CudaAllocator, nbytes: int,
                  holder: str) -> None:
         self._device = device
         self._allocator = allocator
@@ -57,8 +58,8 @@ class CudaPagedRegion:
         self.nbytes = self._vm.nbytes
         self.page_bytes = self._vm.granularity
         self._pages: list[PhysicalMemory] = []
-        self._events: list[runtime.Event] = []      # recorded-and-released events, reusable
-        self._made: list[runtime.Event] = []        # every event made, destroyed on close
+        self._events: list[Event] = []      # recorded-and-released events, reusable
+        self._made: list[Event] = []        # every event made, destroyed on close
         self.closed = False
 
     def __repr__(self) -> str:
@@ -78,8 +79,8 @@ class CudaPagedRegion:
         (page,) = self._vm.unmap(offset, self.page_bytes)
         return page
 
-    def write(self, offset: int, data: np.ndarray, stream: runtime.Stream) -> None:
-        runtime.copy_htod(self.ptr + offset, data, stream)
+    def write(self, offset: int, data: np.ndarray, stream: Stream) -> None:
+        copies.copy_htod(self.ptr + offset, data, stream)
 
     def tensor(self, offset: int, spec: TensorSpec) -> DeviceTensor:
         if offset < 0 or offset + spec.nbytes > self.nbytes:
@@ -88,7 +89,7 @@ class CudaPagedRegion:
         return DeviceTensor(self.ptr + offset, spec.dtype, spec.shape, self._device.ordinal,
                             owner=self)
 
-    def fence(self, stream: runtime.Stream) -> CudaFence:
+    def fence(self, stream: Stream) -> CudaFence:
         if self._events:
             event = self._events.pop()
         else:

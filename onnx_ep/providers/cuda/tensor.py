@@ -298,10 +298,10 @@ class DeviceTensor:
     # ------------------------------------------------------------ host copies
     def numpy(self, stream: Any) -> np.ndarray:
         """Copy to a new numpy array and synchronize ``stream`` (not capture-safe)."""
-        from onnx_ep.providers.cuda import runtime
+        from onnx_ep.providers.cuda import copies
 
         out = np.empty(self.shape, dtype=self.dtype)
-        runtime.copy_dtoh(out, self.ptr, stream)
+        copies.copy_dtoh(out, self.ptr, stream)
         stream.synchronize()
         return out
 
@@ -313,11 +313,11 @@ class DeviceTensor:
         :param role: ledger role (default ``Role.ACTIVATIONS``).
         """
         from onnx_ep.core.memory import Role
-        from onnx_ep.providers.cuda import runtime
+        from onnx_ep.providers.cuda import copies
 
         host = np.asarray(arr, order="C")   # ascontiguousarray would make 0-d 1-d
         block = allocator.allocate(host.nbytes, role or Role.ACTIVATIONS, holder)
-        runtime.copy_htod(block.ptr, host, stream)
+        copies.copy_htod(block.ptr, host, stream)
         return cls(block.ptr, host.dtype, host.shape, allocator.device.ordinal, owner=block)
 
     # ------------------------------------------------------------ DLPack
@@ -345,12 +345,12 @@ class DeviceTensor:
     def from_dlpack(cls, obj: Any, stream: Any = None) -> DeviceTensor:
         """Wrap a CUDA DLPack producer (torch, cupy, ...) without copying; keeps it alive.
 
-        :param stream: the :class:`~onnx_ep.providers.cuda.runtime.Stream` that
+        :param stream: the :class:`~onnx_ep.providers.cuda.device.Stream` that
             will use the tensor (default: the provider's stream); the producer
             orders its pending work before it.
         :raises TypeError: not on a CUDA device, not contiguous, or an unsupported dtype.
         """
-        from onnx_ep.providers.cuda import runtime
+        from onnx_ep.providers.cuda.device import get_device
 
         dev = obj.__dlpack_device__() if hasattr(obj, "__dlpack_device__") else None
         if dev is not None and int(dev[0]) != kDLCUDA:
@@ -358,7 +358,7 @@ class DeviceTensor:
                             f"use DeviceTensor.from_numpy for host data")
         ordinal = int(dev[1]) if dev is not None else 0
         if stream is None:
-            stream = runtime.get_device(ordinal).default_stream
+            stream = get_device(ordinal).default_stream
         imported = DLPackImport(obj.__dlpack__(stream=stream.ptr), obj)
         if imported.device_type != kDLCUDA:
             raise TypeError(f"from_dlpack needs a CUDA tensor, got device type "
@@ -372,18 +372,20 @@ class DeviceTensor:
 
 
 def _order_consumer(ordinal: int, consumer_stream: int) -> None:
-    """Make ``consumer_stream`` wait for the provider stream of ``ordinal`` (event, no host block)."""
-    from onnx_ep.providers.cuda import runtime
+    """Make ``consumer_stream`` wait for the provider stream of ``ordinal`` (an event, no
+    host block)."""
+    from onnx_ep.providers.cuda.device import get_device
+    from onnx_ep.providers.cuda.driver import check, driver
 
-    dev = runtime.get_device(ordinal)
+    dev = get_device(ordinal)
     ours = dev.default_stream
     if consumer_stream == ours.ptr:
         return
-    drv = runtime.driver()
+    drv = driver()
     event = dev.new_event()
     try:
         event.record(ours)
-        runtime.check(drv.cuStreamWaitEvent(drv.CUstream(consumer_stream), event.handle, 0),
-                      "cuStreamWaitEvent")
+        check(drv.cuStreamWaitEvent(drv.CUstream(consumer_stream), event.handle, 0),
+              "cuStreamWaitEvent")
     finally:
         event.close()   # destroying a recorded event is safe: the wait already holds it

@@ -1,7 +1,7 @@
 """Fixtures for CUDA provider tests: ``cuda_device``, ``stream``, ``allocator``.
 
 GPU tests are marked ``@pytest.mark.cuda`` and take ``cuda_device``, which
-skips with :func:`onnx_ep.providers.cuda.runtime.is_available`'s reason when
+skips with :func:`onnx_ep.providers.cuda.driver.is_available`'s reason when
 there is no usable GPU. The skip happens at setup, never around a test body.
 """
 
@@ -17,12 +17,12 @@ from tests.helpers.cuda import CUDA_TEST_LIMIT
 
 @pytest.fixture(scope="session")
 def cuda_device() -> Any:
-    from onnx_ep.providers.cuda import runtime
+    from onnx_ep.providers.cuda import device, driver
 
-    support = runtime.is_available()
+    support = driver.is_available()
     if not support:
         pytest.skip(f"CUDA unavailable: {support.reason}")
-    return runtime.get_device(0)
+    return device.get_device(0)
 
 
 @pytest.fixture

@@ -18,7 +18,8 @@ import pytest
 from onnx_ep.core.memory import DeviceMemoryAuthority, Role
 from onnx_ep.errors import CapacityUnavailable, CudaError, TierExhausted
 from onnx_ep.providers.cuda import allocator as A
-from onnx_ep.providers.cuda import runtime
+from onnx_ep.providers.cuda import copies, driver, launch
+from onnx_ep.providers.cuda.kernels.base import F32, I64, PTR
 
 # ---------------------------------------------------------------- CPU: a fake driver
 
@@ -64,7 +65,7 @@ class FakeDevice:
 def fake(monkeypatch: pytest.MonkeyPatch) -> tuple[A.CudaAllocator, FakeDriver]:
     drv = FakeDriver()
     monkeypatch.setattr(A, "driver", lambda: drv)
-    monkeypatch.setattr(runtime, "driver", lambda: drv)
+    monkeypatch.setattr(driver, "driver", lambda: drv)
     authority = DeviceMemoryAuthority("cuda:fake", 8192, granularity=A.BLOCK_GRANULARITY)
     return A.CudaAllocator(FakeDevice(), authority), drv  # type: ignore[arg-type]
 
@@ -170,9 +171,9 @@ def test_device_blocks_are_charged_pooled_and_trimmed(allocator, stream) -> None
     b = allocator.allocate(1 << 20, Role.ACTIVATIONS, "test")
     assert allocator.authority.committed == base + (1 << 20)
     x = np.arange(1 << 18, dtype=np.float32)
-    runtime.copy_htod(b.ptr, x, stream)
+    copies.copy_htod(b.ptr, x, stream)
     out = np.empty_like(x)
-    runtime.copy_dtoh(out, b.ptr, stream)
+    copies.copy_dtoh(out, b.ptr, stream)
     stream.synchronize()
     np.testing.assert_array_equal(out, x)
     ptr = b.ptr
@@ -217,17 +218,17 @@ def test_stable_region_keeps_its_address_while_granules_are_remapped(allocator, 
     a = np.full(n, 1.0, np.float32)
     b = np.full(n, 2.0, np.float32)
     assert region.map(0, p1) == region.ptr
-    runtime.copy_htod(region.ptr, a, stream)
+    copies.copy_htod(region.ptr, a, stream)
     region.unmap(0, g)
     region.map(0, p2)
-    runtime.copy_htod(region.ptr, b, stream)
+    copies.copy_htod(region.ptr, b, stream)
     out = np.empty(n, np.float32)
-    runtime.copy_dtoh(out, region.ptr, stream)
+    copies.copy_dtoh(out, region.ptr, stream)
     stream.synchronize()
     assert (out == 2.0).all()
     region.unmap(0, g)
     region.map(0, p1)                                  # physical contents survived unmapping
-    runtime.copy_dtoh(out, region.ptr, stream)
+    copies.copy_dtoh(out, region.ptr, stream)
     stream.synchronize()
     assert (out == 1.0).all()
     with pytest.raises(ValueError):
@@ -245,7 +246,7 @@ def test_a_captured_graph_reads_whatever_is_mapped_at_a_stable_address(
         cuda_device, allocator, stream) -> None:
     from onnx_ep.providers.cuda import nvrtc
 
-    drv = runtime.driver()
+    drv = driver.driver()
     g = allocator.vmm_granularity
     n = g // 4
     axpy = nvrtc.get_function("testing", "axpy_f32", cuda_device)
@@ -253,32 +254,31 @@ def test_a_captured_graph_reads_whatever_is_mapped_at_a_stable_address(
     pages = [allocator.create_physical(g, Role.WEIGHTS, "test") for _ in range(2)]
     for value, page in zip((1.0, 10.0), pages):
         region.map(0, page)
-        runtime.copy_htod(region.ptr, np.full(n, value, np.float32), stream)
+        copies.copy_htod(region.ptr, np.full(n, value, np.float32), stream)
         stream.synchronize()
         region.unmap(0, g)
     y = allocator.allocate(4 * n, Role.ACTIVATIONS, "test")
     region.map(0, pages[0])
-    runtime.memset_d8(y.ptr, 0, 4 * n, stream)
-    runtime.check(drv.cuStreamBeginCapture(
+    copies.memset_d8(y.ptr, 0, 4 * n, stream)
+    driver.check(drv.cuStreamBeginCapture(
         stream.handle, drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL))
     try:
-        runtime.launch(axpy, runtime.grid_1d(n), (256, 1, 1),
-                       [(1.0, runtime.F32), (region.ptr, runtime.PTR), (y.ptr, runtime.PTR),
-                        (n, runtime.I64)], stream)
+        launch.launch(axpy, launch.grid_1d(n), (256, 1, 1),
+                      [(1.0, F32), (region.ptr, PTR), (y.ptr, PTR), (n, I64)], stream)
     finally:
-        graph = runtime.check(drv.cuStreamEndCapture(stream.handle))
-    exe = runtime.check(drv.cuGraphInstantiate(graph, 0))
-    runtime.check(drv.cuGraphLaunch(exe, stream.handle))   # y = 0 + 1
+        graph = driver.check(drv.cuStreamEndCapture(stream.handle))
+    exe = driver.check(drv.cuGraphInstantiate(graph, 0))
+    driver.check(drv.cuGraphLaunch(exe, stream.handle))   # y = 0 + 1
     stream.synchronize()
     region.unmap(0, g)
     region.map(0, pages[1])                                # page in other "weights"
-    runtime.check(drv.cuGraphLaunch(exe, stream.handle))   # y = 1 + 10, no re-capture
+    driver.check(drv.cuGraphLaunch(exe, stream.handle))   # y = 1 + 10, no re-capture
     out = np.empty(n, np.float32)
-    runtime.copy_dtoh(out, y.ptr, stream)
+    copies.copy_dtoh(out, y.ptr, stream)
     stream.synchronize()
     assert (out == 11.0).all()
-    runtime.check(drv.cuGraphExecDestroy(exe))
-    runtime.check(drv.cuGraphDestroy(graph))
+    driver.check(drv.cuGraphExecDestroy(exe))
+    driver.check(drv.cuGraphDestroy(graph))
     region.close()
     for page in pages:
         page.release()

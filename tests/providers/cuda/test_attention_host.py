@@ -146,7 +146,7 @@ def test_shared_plan_fits_the_budget():
     p = att.attention_plan(d, np.dtype(F32))
     assert p.workspace_bytes == 0 and p.shared_bytes == (128 + 11000) * 4
     assert p.shared_bytes <= att.SHARED_BUDGET
-    assert att.SHARED_BUDGET + 8 * att.BLOCK <= 48 * 1024
+    assert att.SHARED_BUDGET + 8 * att.ATT_BLOCK <= 48 * 1024
 
 
 def test_supports_declines_with_reasons():

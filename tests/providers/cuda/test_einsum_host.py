@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from onnx_ep.core.kernel import ExecutionContext, NodeMeta, TensorSpec
-from onnx_ep.providers.cpu_reference.reduce import Einsum as RefEinsum
+from onnx_ep.providers.cpu_reference.einsum import Einsum as RefEinsum
 from onnx_ep.providers.cuda.kernels import einsum as es
 
 F32 = np.dtype(np.float32)

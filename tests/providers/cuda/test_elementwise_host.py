@@ -1,4 +1,5 @@
-"""CPU-runnable checks of the CUDA elementwise and Cast kernels' host logic."""
+"""CPU-runnable checks of the CUDA elementwise and Cast kernels' host logic (the
+activations' own checks: test_activation_host.py)."""
 
 from __future__ import annotations
 
@@ -9,28 +10,25 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from onnx_ep.core.kernel import NodeMeta, Parity, TensorSpec, WorkspaceRequirement, check_kernel
+from onnx_ep.core.kernel import Parity, TensorSpec, WorkspaceRequirement, check_kernel
 from onnx_ep.providers.cpu_reference import activation as ref_activation
 from onnx_ep.providers.cpu_reference import cast as ref_cast
 from onnx_ep.providers.cpu_reference import elementwise as ref_elementwise
-from onnx_ep.providers.cuda.kernels import cast, elementwise
+from onnx_ep.providers.cuda.kernels import activation, cast, elementwise
 from onnx_ep.providers.cuda.kernels.elementwise import (
     Bcast,
     broadcast_layout,
     make_bcast,
     suffix,
 )
+from tests.helpers.cuda_elementwise import ROWS
+from tests.helpers.cuda_elementwise import dtype_meta as meta
 
 KERNELS_DIR = Path(elementwise.__file__).parent
 
 
-def meta(op: str, *specs: tuple, opset: int = 21, **attrs) -> NodeMeta:
-    return NodeMeta(name="n", op_type=op, domain="", opset=opset, attrs=attrs,
-                    inputs=tuple(TensorSpec(dt, shape) for dt, shape in specs))
-
-
 def row(op: str):
-    return next(k for k in elementwise.KERNELS + cast.KERNELS if k.key.op_type == op)
+    return ROWS[op]
 
 
 def gather(layout, out_shape, arrays):
@@ -159,7 +157,7 @@ def _symbols(source: str) -> set[str]:
 
 def test_every_supported_row_and_dtype_has_a_cuda_symbol():
     have = _symbols("elementwise")
-    for k in elementwise.KERNELS:
+    for k in elementwise.KERNELS + activation.KERNELS:
         for dt in k.dtypes:
             shapes = [(dt, (2, 3))] * (3 if k.key.op_type == "Where" else
                                        2 if k.family in ("binary", "variadic") else 1)
@@ -198,7 +196,7 @@ def _onnx_type(dt) -> int:
 def test_rows_satisfy_the_kernel_protocol_and_match_reference_since():
     ref = {k.key.op_type: k.key.since for k in
            ref_elementwise.KERNELS + ref_activation.KERNELS + ref_cast.KERNELS}
-    for k in elementwise.KERNELS + cast.KERNELS[:2]:  # BitCast: test_quantize_host.py
+    for k in elementwise.KERNELS + activation.KERNELS + cast.KERNELS[:2]:  # BitCast: quantize
         assert check_kernel(k) is None, k
         assert k.parity == Parity.EXACT
         assert k.key.since == ref[k.key.op_type], k.key
@@ -283,43 +281,6 @@ def test_bound_layout_cache_is_per_shape_tuple():
     assert b.layout((4, 3), ((4, 3), (3,))) is not first
 
 
-def test_clip_supports_bind_and_infer():
-    f32, f16, i8 = np.float32, np.float16, np.int8
-    clip = row("Clip")
-    assert clip.family == "clip" and clip.parity == Parity.EXACT
-    assert clip.supports(meta("Clip", (f32, (2, 3)), (f32, ()), (f32, ())))
-    assert clip.supports(meta("Clip", (i8, (4,)), (i8, (1,))))
-    m = NodeMeta(name="n", op_type="Clip", domain="", opset=13, attrs={},
-                 inputs=(TensorSpec(f16, (3,)), None, TensorSpec(f16, ())))
-    assert clip.supports(m)                                                  # min omitted
-    assert not clip.supports(meta("Clip", (f32, (3,)), (f16, ()))).ok        # bound dtype
-    assert "scalar" in clip.supports(meta("Clip", (f32, (3,)), (f32, (2,)))).reason
-    assert not clip.supports(meta("Clip", (np.bool_, (3,))))
-    assert clip.supports(meta("Clip", (f32, ("N",))))           # sized when planned
-    assert not clip.supports(meta("Clip", (i8, (3,)), opset=6))              # floats only
-    assert not clip.supports(meta("Clip", (f32, (3,)), (f32, ()), opset=6))  # attrs then
-    assert clip.infer_outputs(meta("Clip", (i8, (2, 5)), (i8, ()))) == [TensorSpec(i8, (2, 5))]
-    b = clip.bind(meta("Clip", (f32, (3,)), (f32, ())))
-    assert b.symbol == "clip_f32" and b.scalars == (-np.inf, np.inf)
-    # attribute bounds before opset 11 are rounded to x's dtype, as the reference does
-    b = clip.bind(meta("Clip", (f16, (3,)), opset=6, min=float(np.float32(0.1))))
-    assert b.symbol == "clip_f16"
-    assert b.scalars == (float(np.float16(np.float32(0.1))), np.inf)
-    b = clip.bind(meta("Clip", (ml_dtypes.bfloat16, (3,)), opset=6, max=-1e-3))
-    assert b.scalars[1] == float(np.asarray(-1e-3).astype(ml_dtypes.bfloat16))
-
-
-def test_gelu_tanh_declares_a_tolerance_and_the_rest_stay_exact():
-    gelu = row("Gelu")
-    for dt, rtol in ((np.float32, 2.0 ** -23), (np.float16, 2.0 ** -10),
-                     (ml_dtypes.bfloat16, 2.0 ** -7)):
-        p = gelu.bind(meta("Gelu", (dt, (3,)), approximate="tanh")).parity
-        assert p.kind.value == "tolerance" and p.rtol == rtol
-        assert p.atol >= elementwise.GELU_TANH_ATOL
-        assert gelu.bind(meta("Gelu", (dt, (3,)))).parity == Parity.EXACT
-    assert row("Relu").bind(meta("Relu", (np.float16, (3,)))).parity == Parity.EXACT
-
-
 WIDE_INTS = (np.int16, np.uint16, np.uint32, np.uint64)
 
 
@@ -348,16 +309,6 @@ def test_bitshift_direction_picks_the_symbol():
     assert "direction" in bs.supports(meta("BitShift", (u32, (3,)), (u32, ()))).reason
     assert not bs.supports(meta("BitShift", (np.float32, (3,)), (np.float32, ()),
                                 direction="LEFT"))
-
-
-def test_prelu_slope_broadcasts_to_x_only():
-    f32 = np.float32
-    pr = row("PRelu")
-    assert pr.supports(meta("PRelu", (f32, (2, 3, 4)), (f32, (3, 1))))
-    assert pr.supports(meta("PRelu", (np.int32, (2, 3)), (np.int32, (1,))))
-    assert "growing" in pr.supports(meta("PRelu", (f32, (3, 1)), (f32, (4,)))).reason
-    assert not pr.supports(meta("PRelu", (f32, (3,)), (f32, (2, 3))))
-    assert pr.bind(meta("PRelu", (f32, (2, 3)), (f32, (3,)))).symbol == "prelu_f32"
 
 
 def test_variadic_rows_fold_any_number_of_inputs():

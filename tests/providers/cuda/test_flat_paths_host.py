@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from onnx_ep.core.kernel import NodeMeta, TensorSpec
-from onnx_ep.providers.cuda.kernels import elementwise, softmax
-from onnx_ep.providers.cuda.kernels.elementwise import BLOCK, ROWS, flat_geometry
+from onnx_ep.providers.cuda.kernels import activation, elementwise, softmax
+from onnx_ep.providers.cuda.kernels.base import BLOCK, flat_geometry, launch_geometry
 
 KERNELS_DIR = Path(elementwise.__file__).parent
 
@@ -49,6 +49,9 @@ def test_flat_geometry_caps_large_grids_at_one_wave() -> None:
     assert grid == (1056, 1, 1)
 
 
+ROWS = {**elementwise.ROWS, **activation.ROWS}
+
+
 def _bound(op: str, *specs: TensorSpec):
     meta = NodeMeta("n", op, "", 21, {}, tuple(specs))
     return ROWS[op].bind(meta)
@@ -64,13 +67,13 @@ def test_binary_geometry_takes_the_flat_path_for_same_shapes_and_scalars(shapes,
     n = int(np.prod(out))
     grid, _ = bound.geometry(n, [_T(0x1000, a), _T(0x2000, b)], _T(0x3000, out))
     assert grid == (flat_geometry(n, [(0, 4, False)], (0, 4), _never)[0] if flat
-                    else elementwise.launch_geometry(n)[0])
+                    else launch_geometry(n)[0])
 
 
 def test_unary_geometry_falls_back_for_a_misaligned_input() -> None:
     bound = _bound("Relu", TensorSpec(np.float32, (4096,)))
     grid, _ = bound.geometry(4096, [_T(0x1004, (4096,))], _T(0x2000, (4096,)))
-    assert grid == elementwise.launch_geometry(4096)[0]
+    assert grid == launch_geometry(4096)[0]
 
 
 @pytest.mark.parametrize("cols,v,want", [(4096, 4, (128, 8)), (4096, 8, (128, 4)),
@@ -85,44 +88,42 @@ def test_fast_geometry_fits_rows_in_registers(cols, v, want) -> None:
         assert threads * packs * v >= cols and packs * v <= softmax.FAST_MAX_VALUES
 
 
-def test_fast_launch_packs_short_rows_into_blocks_and_skips_float64() -> None:
-    rows = softmax.fast_launch(13, 64, 4, np.float32)
+def test_fast_rows_pack_short_rows_into_blocks_and_skip_float64() -> None:
+    rows = softmax.fast_rows(13, 64, 4, np.float32)
     assert rows.direct_infix == "fast_v4_p1" and rows.block == (32, 8, 1)
     assert rows.grid == (2, 1, 1)
-    assert softmax.fast_launch(13, 64, 2, np.float64) is None
+    assert softmax.fast_rows(13, 64, 2, np.float64) is None
 
 
 def test_pipelined_rows_need_16_byte_packs_and_buffers_that_fit(monkeypatch) -> None:
-    rows = softmax.fast_launch(32768, 4096, 8, np.float16)
+    rows = softmax.fast_rows(32768, 4096, 8, np.float16)
     assert rows.pipe_infix == "pipe_p4" and rows.block == (128, 2, 1)
     assert rows.stages == 2 and rows.shared_bytes == 2 * 256 * 4 * 16   # 32 KiB
     monkeypatch.setattr(softmax, "PIPE_STAGES", 4)                      # 4 do not fit: 3
-    assert softmax.fast_launch(32768, 4096, 8, np.float16).stages == 3
+    assert softmax.fast_rows(32768, 4096, 8, np.float16).stages == 3
     monkeypatch.setattr(softmax, "PIPE_STAGES", 2)
-    assert softmax.fast_launch(32768, 4096, 1, np.float16).stages == 0  # 2-byte loads
-    assert softmax.fast_launch(2, 4096, 8, np.float16).stages == 0      # one block in all
+    assert softmax.fast_rows(32768, 4096, 1, np.float16).stages == 0  # 2-byte loads
+    assert softmax.fast_rows(2, 4096, 8, np.float16).stages == 0      # one block in all
     # float32 rows of 4096: two rows of 128 threads x 8 packs a block, 32 KiB a buffer: two
     # buffers do not fit in 48 KiB (the direct kernel runs); they do in 64 KiB
-    assert softmax.fast_launch(16384, 4096, 4, np.float32).stages == 0
+    assert softmax.fast_rows(16384, 4096, 4, np.float32).stages == 0
     monkeypatch.setattr(softmax, "PIPE_SHARED_BYTES", 64 * 1024)
-    assert softmax.fast_launch(16384, 4096, 4, np.float32).stages == 2
+    assert softmax.fast_rows(16384, 4096, 4, np.float32).stages == 2
     monkeypatch.setattr(softmax, "PIPE_STAGES", 0)
-    assert softmax.fast_launch(32768, 4096, 8, np.float16).stages == 0
+    assert softmax.fast_rows(32768, 4096, 8, np.float16).stages == 0
 
 
 def test_pipelined_grid_gives_every_block_the_same_number_of_row_groups() -> None:
-    rows = softmax.fast_launch(32768, 4096, 8, np.float16)       # 16384 row groups
+    rows = softmax.fast_rows(32768, 4096, 8, np.float16)       # 16384 row groups
     assert rows.grid_for(528) == (512, 1, 1)      # 32 row groups each, not 31-32 over 528
     assert rows.grid_for(16384) is None           # a block per group anyway: direct kernel
     assert rows.grid_for(1) == (1, 1, 1)
-    short = softmax.fast_launch(37, 64, 4, np.float32)   # 8 rows a block: 5 row groups
+    short = softmax.fast_rows(37, 64, 4, np.float32)   # 8 rows a block: 5 row groups
     assert short.grid_for(3) == (3, 1, 1) and short.grid_for(5) is None
 
 
-def test_fast_kernel_pipelines_only_when_blocks_walk_several_row_groups(monkeypatch) -> None:
+def test_fast_rows_kernel_pipelines_only_when_blocks_walk_several_row_groups(monkeypatch) -> None:
     from types import SimpleNamespace
-
-    from onnx_ep.providers.cuda import runtime
 
     asked = []
 
@@ -130,24 +131,24 @@ def test_fast_kernel_pipelines_only_when_blocks_walk_several_row_groups(monkeypa
         asked.append((fn, threads, shared))
         return 4
 
-    monkeypatch.setattr(runtime, "max_active_blocks", occupancy)
+    monkeypatch.setattr(softmax, "max_active_blocks", occupancy)
     device = SimpleNamespace(multiprocessors=132)          # 528 blocks at once
-    rows = softmax.fast_launch(32768, 4096, 8, np.float16)  # 16384 row groups
-    assert softmax.fast_kernel(rows, lambda infix: infix, device) == (
+    rows = softmax.fast_rows(32768, 4096, 8, np.float16)  # 16384 row groups
+    assert softmax.fast_rows_kernel(rows, lambda infix: infix, device) == (
         "pipe_p4", (512, 1, 1), 2)
     assert asked == [("pipe_p4", 256, 2 * 256 * 4 * 16)]
-    few = softmax.fast_launch(64, 4096, 8, np.float16)      # 32 groups: a block each
-    assert softmax.fast_kernel(few, lambda infix: infix, device) == ("fast_v8_p4", few.grid, 0)
+    few = softmax.fast_rows(64, 4096, 8, np.float16)      # 32 groups: a block each
+    assert softmax.fast_rows_kernel(few, lambda infix: infix, device) == ("fast_v8_p4", few.grid, 0)
     monkeypatch.setattr(softmax, "PIPE_MAX_BLOCKS", 3)
-    assert softmax.fast_kernel(few, lambda infix: infix, device) == ("pipe_p4", (3, 1, 1), 2)
+    assert softmax.fast_rows_kernel(few, lambda infix: infix, device) == ("pipe_p4", (3, 1, 1), 2)
     asked.clear()
     monkeypatch.setattr(softmax, "PIPE_MAX_BLOCKS", None)
-    some = softmax.fast_launch(2 * 132, 4096, 8, np.float16)  # 132 groups: one per SM
-    assert softmax.fast_kernel(some, lambda infix: infix, device)[2] == 0 and not asked
-    monkeypatch.setattr(runtime, "max_active_blocks", lambda fn, threads, shared: 0)
-    assert softmax.fast_kernel(rows, lambda infix: infix, device)[2] == 0   # fits nowhere
-    unaligned = softmax.fast_launch(32768, 4096, 1, np.float16)
-    assert softmax.fast_kernel(unaligned, lambda infix: infix, device)[0] == "fast_v1_p8"
+    some = softmax.fast_rows(2 * 132, 4096, 8, np.float16)  # 132 groups: one per SM
+    assert softmax.fast_rows_kernel(some, lambda infix: infix, device)[2] == 0 and not asked
+    monkeypatch.setattr(softmax, "max_active_blocks", lambda fn, threads, shared: 0)
+    assert softmax.fast_rows_kernel(rows, lambda infix: infix, device)[2] == 0   # fits nowhere
+    unaligned = softmax.fast_rows(32768, 4096, 1, np.float16)
+    assert softmax.fast_rows_kernel(unaligned, lambda infix: infix, device)[0] == "fast_v1_p8"
 
 
 def test_pipelined_kernels_are_instantiated_for_every_pack_count() -> None:
@@ -161,14 +162,14 @@ def test_pipelined_kernels_are_instantiated_for_every_pack_count() -> None:
     for dtype, sfx in ((np.float32, "f32"), (np.float16, "f16"), (ml_dtypes.bfloat16, "bf16")):
         v = 16 // np.dtype(dtype).itemsize
         for cols in range(v, 40000, 13 * v):
-            rows = softmax.fast_launch(1 << 20, cols, v, dtype)
+            rows = softmax.fast_rows(1 << 20, cols, v, dtype)
             if rows is not None and rows.stages:
                 picked += 1
                 assert any(h[1:] == (sfx, str(v), str(rows.packs)) for h in have), (sfx, cols)
     assert picked > 100
 
 
-def test_fast_kernels_are_instantiated_for_every_geometry_the_host_picks() -> None:
+def test_fast_row_kernels_are_instantiated_for_every_geometry_the_host_picks() -> None:
     src = (KERNELS_DIR / "softmax.cu").read_text()
     have = set(re.findall(r"EP_FAST_VP\((\w+), (\w+), (\d+), (\d+)\)", src))
     for line in re.findall(r"EP_FAST_P124\((\w+), (\w+), (\d+)\)", src):

@@ -15,10 +15,7 @@ import pytest
 
 from onnx_ep.core.kernel import ExecutionContext, Parity, TensorSpec
 from onnx_ep.errors import NodeError
-from onnx_ep.providers.cpu_reference import gather_scatter as ref_gs
-from onnx_ep.providers.cpu_reference import movement as ref_mv
-from onnx_ep.providers.cpu_reference import recent as ref_recent
-from onnx_ep.providers.cpu_reference import reduce as ref_reduce
+from onnx_ep.providers.cpu_reference import indexing as ref_ix
 from onnx_ep.providers.cuda.kernels import indexing as ix
 from tests.helpers.host_meta import by_op, spec_meta
 
@@ -43,7 +40,7 @@ def test_every_kernel_promises_exact_parity():
 def test_kernel_module_is_registered():
     from onnx_ep.providers import cuda
 
-    assert "indexing" in cuda.MODULES
+    assert ix in cuda.kernel_modules()
 
 
 def test_constant_bits_are_the_low_bytes_of_the_value():
@@ -95,7 +92,7 @@ def test_pad_mapping_matches_the_reference(mode, pads):
     x = np.arange(12, dtype=np.float32).reshape(3, 4)
     ctx = _ctx("Pad", [x, np.array(pads, np.int64)], mode=mode)
     try:
-        want = ref_mv.Pad("Pad").run(ctx, x, np.array(pads, np.int64),
+        want = ref_ix.Pad("Pad").run(ctx, x, np.array(pads, np.int64),
                                      np.array(7.5, np.float32))
     except NodeError:
         # the reference rejects reflections longer than the axis; cuda follows numpy
@@ -180,7 +177,7 @@ def test_scatter_elements_fold_matches_the_reference(dtype, red, axis):
     idx = idx.astype(np.int64)
     upd = (rng.standard_normal(idx.shape) * 3).astype(np.float32).astype(dtype)
     ctx = _ctx("ScatterElements", [x, idx, upd], opset=18, axis=axis, reduction=red)
-    want = ref_gs.ScatterElements("ScatterElements").run(ctx, x, idx, upd)
+    want = ref_ix.ScatterElements("ScatterElements").run(ctx, x, idx, upd)
     got = scatter_elements_replay(x, idx, upd, axis, red)
     np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
 
@@ -213,7 +210,7 @@ def test_scatter_nd_fold_matches_the_reference(dtype, red):
     idx = np.array([[[1, 2], [-3, 0]], [[1, -1], [3, 1]]], np.int64)
     upd = (rng.standard_normal((2, 2, 2)) * 3).astype(np.float32).astype(dtype)
     ctx = _ctx("ScatterND", [x, idx, upd], opset=18, reduction=red)
-    want = ref_gs.ScatterND("ScatterND").run(ctx, x, idx, upd)
+    want = ref_ix.ScatterND("ScatterND").run(ctx, x, idx, upd)
     got = scatter_nd_replay(x, idx, upd, red)
     np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
 
@@ -266,8 +263,8 @@ def test_scan_order_matches_the_reference(op, dtype, exclusive, reverse):
     for axis in (0, 1, -1):
         a = np.array(axis, np.int64)
         ctx = _ctx(op, [x, a], opset=26, exclusive=exclusive, reverse=reverse)
-        ref = (ref_reduce.CumSum("CumSum", since=11) if op == "CumSum"
-               else ref_recent.CumProd("CumProd", since=26))
+        ref = (ref_ix.CumSum("CumSum", since=11) if op == "CumSum"
+               else ref_ix.CumProd("CumProd", since=26))
         want = ref.run(ctx, x, a)
         got = cumulative_replay(x, axis % 2, op == "CumProd", exclusive, reverse)
         np.testing.assert_array_equal(np.ascontiguousarray(got).view(np.uint8),
@@ -322,7 +319,7 @@ def test_top_k_ranks_match_the_reference(dtype, largest):
         x[6] = 0.0
     for k in (0, 1, 5, 12):
         ctx = _ctx("TopK", [x, np.array([k], np.int64)], n_out=2, largest=largest)
-        wv, wi = ref_reduce.TopK("TopK").run(ctx, x, np.array([k], np.int64))
+        wv, wi = ref_ix.TopK("TopK").run(ctx, x, np.array([k], np.int64))
         gv, gi = top_k_replay(x, k, largest)
         np.testing.assert_array_equal(gi, wi)
         np.testing.assert_array_equal(gv.view(np.uint8), wv.view(np.uint8))
@@ -370,7 +367,7 @@ def test_space_depth_plan_is_the_reference_transpose(op, mode):
     x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
     view, perm, out = ix.space_depth_plan(op, shape, 2, mode)
     ctx = _ctx(op, [x], opset=13, blocksize=2, mode=mode)
-    ref = (ref_mv.DepthToSpace if op == "DepthToSpace" else ref_mv.SpaceToDepth)(op)
+    ref = (ref_ix.DepthToSpace if op == "DepthToSpace" else ref_ix.SpaceToDepth)(op)
     want = ref.run(ctx, x)
     np.testing.assert_array_equal(x.reshape(view).transpose(perm).reshape(out), want)
     spec = KERNELS[op].infer_outputs(spec_meta(op, [TensorSpec(F32, shape)], blocksize=2,
@@ -422,18 +419,18 @@ LAUNCH_CASES = [
 
 @pytest.mark.parametrize("op,ins,outs,opset,attrs", LAUNCH_CASES, ids=lambda v: str(v)[:20])
 def test_launch_arguments_match_the_kernel_signatures(monkeypatch, op, ins, outs, opset, attrs):
-    from onnx_ep.providers.cuda import runtime
+    from onnx_ep.providers.cuda import copies
 
     counts, launched = _param_counts(), []
 
-    def fake_launch(fn, grid, block, args, stream, shared=0):
+    def fake_launch(self, fn, grid, block, args, stream, shared=0):
         prefix = fn.rsplit("_", 1)[0]
         assert counts[prefix] == len(args), (fn, counts[prefix], len(args))
         launched.append(fn)
 
-    monkeypatch.setattr(ix, "launch", fake_launch)
+    monkeypatch.setattr(ix.CudaKernel, "launch", fake_launch)
     monkeypatch.setattr(ix.CudaKernel, "function", lambda self, symbol, t: symbol)
-    monkeypatch.setattr(runtime, "copy_dtod", lambda *a: launched.append("copy"))
+    monkeypatch.setattr(copies, "copy_dtod", lambda *a: launched.append("copy"))
     x = [_FakeTensor(d, s) for d, s in ins]
     y = [_FakeTensor(d, s) for d, s in outs]
     meta = spec_meta(op, [TensorSpec(t.dtype, t.shape) for t in x], opset, len(y), **attrs)

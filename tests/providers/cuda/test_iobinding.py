@@ -39,11 +39,11 @@ def _ref(x: np.ndarray) -> list[np.ndarray]:
 
 @pytest.fixture
 def host_copies(monkeypatch):
-    """Counts host <-> device copies made through the CUDA runtime."""
-    from onnx_ep.providers.cuda import runtime
+    """Counts host <-> device copies made through providers/cuda/copies.py."""
+    from onnx_ep.providers.cuda import copies
 
     counts = {"htod": 0, "dtoh": 0}
-    htod, dtoh = runtime.copy_htod, runtime.copy_dtoh
+    htod, dtoh = copies.copy_htod, copies.copy_dtoh
 
     def count_htod(*a, **k):
         counts["htod"] += 1
@@ -53,8 +53,8 @@ def host_copies(monkeypatch):
         counts["dtoh"] += 1
         return dtoh(*a, **k)
 
-    monkeypatch.setattr(runtime, "copy_htod", count_htod)
-    monkeypatch.setattr(runtime, "copy_dtoh", count_dtoh)
+    monkeypatch.setattr(copies, "copy_htod", count_htod)
+    monkeypatch.setattr(copies, "copy_dtoh", count_dtoh)
     return counts
 
 

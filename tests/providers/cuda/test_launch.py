@@ -1,5 +1,6 @@
-"""providers/cuda/runtime.py's prebuilt launches: Params, prepare/Launch on the ctypes and
-bindings paths, launch_cached, and the per-node launch caches of elementwise and Cast.
+"""providers/cuda/launch.py: grid_1d, plain launches, prebuilt launches (Params,
+prepare/Launch on the ctypes and bindings paths), launch_cached, and the per-node launch
+caches of elementwise, activation and Cast nodes.
 
 The CPU tests drive both paths with stand-in driver entry points (a ctypes callback with
 cuLaunchKernel's C signature, a Python function shaped like cuda-bindings' wrapper); the
@@ -19,7 +20,8 @@ import numpy as np
 import pytest
 
 from onnx_ep.errors import CudaError
-from onnx_ep.providers.cuda import runtime
+from onnx_ep.providers.cuda import copies, device, driver, launch
+from onnx_ep.providers.cuda.kernels.base import F32, F64, I64, PTR
 
 # ---------------------------------------------------------------- CPU: stand-in drivers
 
@@ -37,31 +39,44 @@ class FakeCtypesDriver:
         self.result = result
         self.calls: list[dict[str, Any]] = []
 
-        def launch(f, gx, gy, gz, bx, by, bz, shm, stream, params, extra):  # noqa: ANN001
+        def fake_launch(f, gx, gy, gz, bx, by, bz, shm, stream, params, extra):  # noqa: ANN001
             slots = (ctypes.c_void_p * self.n_params).from_address(params) if params else []
             self.calls.append({"f": f, "grid": (gx, gy, gz), "block": (bx, by, bz),
                                "shared": shm, "stream": stream, "extra": extra,
                                "slots": [int(p) for p in slots]})
             return self.result
 
-        self.fn = PROTO(launch)
+        self.fn = PROTO(fake_launch)
 
 
-def _fn(name: str = "fill_f32", handle: int = 0x1234) -> runtime.Function:
-    return runtime.Function(handle, name, None)  # type: ignore[arg-type]
+def _fn(name: str = "fill_f32", handle: int = 0x1234) -> launch.Function:
+    return launch.Function(handle, name, None)  # type: ignore[arg-type]
 
 
-def _stream(handle: int = 0x99) -> runtime.Stream:
-    return runtime.Stream(None, handle)  # type: ignore[arg-type]
+def _stream(handle: int = 0x99) -> device.Stream:
+    return device.Stream(None, handle)  # type: ignore[arg-type]
 
 
 class Pair(ctypes.Structure):
     _fields_ = [("a", ctypes.c_int64), ("b", ctypes.c_int64)]
 
 
+def test_grid_1d_covers_n_with_at_least_one_block() -> None:
+    assert launch.grid_1d(0) == (1, 1, 1)
+    assert launch.grid_1d(1) == (1, 1, 1)
+    assert launch.grid_1d(256) == (1, 1, 1)
+    assert launch.grid_1d(257) == (2, 1, 1)
+    assert launch.grid_1d(10**12)[0] == 65535 * 32   # grid-stride loops cover the rest
+
+
+def test_pack_args_splits_values_and_ctypes() -> None:
+    packed = launch.pack_args([(1, ctypes.c_void_p), (2.5, ctypes.c_float), (7, ctypes.c_int64)])
+    assert packed == ((1, 2.5, 7), (ctypes.c_void_p, ctypes.c_float, ctypes.c_int64))
+
+
 def test_params_point_at_a_copy_of_every_argument() -> None:
     pair = Pair(3, 4)
-    p = runtime.Params([(0xABC0, ctypes.c_void_p), (7, ctypes.c_int64), (1.5, ctypes.c_float),
+    p = launch.Params([(0xABC0, ctypes.c_void_p), (7, ctypes.c_int64), (1.5, ctypes.c_float),
                         (0.25, ctypes.c_double), (np.int64(9), ctypes.c_int32), (pair, None)])
     pair.a = 99                                      # the array holds its own copy
     slots = (ctypes.c_void_p * 6).from_address(p.address)
@@ -76,12 +91,12 @@ def test_params_point_at_a_copy_of_every_argument() -> None:
 
 
 def test_params_of_no_arguments_is_a_null_array() -> None:
-    assert runtime.Params([]).address == 0
+    assert launch.Params([]).address == 0
 
 
 def test_params_refuse_a_by_value_argument_that_is_not_a_struct() -> None:
     with pytest.raises(TypeError, match="ctypes.Structure"):
-        runtime.Params([(5, None)])
+        launch.Params([(5, None)])
 
 
 def _ctypes_path(monkeypatch: pytest.MonkeyPatch, n_params: int, *,
@@ -89,19 +104,19 @@ def _ctypes_path(monkeypatch: pytest.MonkeyPatch, n_params: int, *,
     """Route every launch through the ctypes path onto a fake driver (and, with
     ``fresh_cache``, start from empty launch caches)."""
     fake = FakeCtypesDriver(n_params=n_params)
-    monkeypatch.setattr(runtime, "_ctypes_cuLaunchKernel", lambda: fake.fn)
-    monkeypatch.setattr(runtime, "launch_path", lambda: "ctypes")
+    monkeypatch.setattr(launch, "_ctypes_cuLaunchKernel", lambda: fake.fn)
+    monkeypatch.setattr(launch, "launch_path", lambda: "ctypes")
     if fresh_cache:
-        monkeypatch.setattr(runtime, "_cached", {})
-        monkeypatch.setattr(runtime, "_seen", {})
+        monkeypatch.setattr(launch, "_cached", {})
+        monkeypatch.setattr(launch, "_seen", {})
     return fake
 
 
 def test_ctypes_launch_passes_handles_geometry_and_the_prebuilt_array(monkeypatch) -> None:
     fake = FakeCtypesDriver(n_params=2)
-    monkeypatch.setattr(runtime, "_ctypes_cuLaunchKernel", lambda: fake.fn)
-    rec = runtime.prepare(_fn(), (3, 2, 1), (256, 1, 1), [(0x5000, runtime.PTR),
-                                                           (11, runtime.I64)], _stream(),
+    monkeypatch.setattr(launch, "_ctypes_cuLaunchKernel", lambda: fake.fn)
+    rec = launch.prepare(_fn(), (3, 2, 1), (256, 1, 1), [(0x5000, PTR),
+                                                           (11, I64)], _stream(),
                           shared_bytes=64, path="ctypes")
     assert rec.path == "ctypes"
     rec()
@@ -117,8 +132,8 @@ def test_ctypes_launch_passes_handles_geometry_and_the_prebuilt_array(monkeypatc
 def test_ctypes_launch_failure_raises_cuda_error_with_the_driver_name(monkeypatch) -> None:
     pytest.importorskip("cuda.bindings.driver")
     fake = FakeCtypesDriver(n_params=1, result=1)    # CUDA_ERROR_INVALID_VALUE
-    monkeypatch.setattr(runtime, "_ctypes_cuLaunchKernel", lambda: fake.fn)
-    rec = runtime.prepare(_fn("fill_f32"), (1, 1, 1), (4096, 1, 1), [(0, runtime.PTR)],
+    monkeypatch.setattr(launch, "_ctypes_cuLaunchKernel", lambda: fake.fn)
+    rec = launch.prepare(_fn("fill_f32"), (1, 1, 1), (4096, 1, 1), [(0, PTR)],
                           _stream(), path="ctypes")
     with pytest.raises(CudaError) as info:
         rec()
@@ -135,9 +150,9 @@ def test_bindings_launch_passes_the_array_address_and_checks_the_result(monkeypa
         seen.append(args)
         return (result[0],)
 
-    monkeypatch.setattr(runtime, "_cuLaunchKernel", lambda: fake)
+    monkeypatch.setattr(launch, "_cuLaunchKernel", lambda: fake)
     fn, stream = _fn(), _stream()
-    rec = runtime.prepare(fn, (2, 1, 1), (128, 1, 1), [(0x10, runtime.PTR)], stream,
+    rec = launch.prepare(fn, (2, 1, 1), (128, 1, 1), [(0x10, PTR)], stream,
                           path="bindings")
     rec()
     (args,) = seen
@@ -150,25 +165,25 @@ def test_bindings_launch_passes_the_array_address_and_checks_the_result(monkeypa
 
 
 def test_ctypes_path_falls_back_to_bindings_without_the_driver_library(monkeypatch) -> None:
-    monkeypatch.setattr(runtime, "_ctypes_cuLaunchKernel", lambda: None)
-    monkeypatch.setattr(runtime, "_cuLaunchKernel", lambda: (lambda *a: (0,)))
-    rec = runtime.prepare(_fn(), (1, 1, 1), (1, 1, 1), [], _stream(), path="ctypes")
+    monkeypatch.setattr(launch, "_ctypes_cuLaunchKernel", lambda: None)
+    monkeypatch.setattr(launch, "_cuLaunchKernel", lambda: (lambda *a: (0,)))
+    rec = launch.prepare(_fn(), (1, 1, 1), (1, 1, 1), [], _stream(), path="ctypes")
     assert rec.path == "bindings"
     rec()
 
 
 def test_prepare_refuses_an_unknown_path() -> None:
     with pytest.raises(ValueError, match="launch path"):
-        runtime.prepare(_fn(), (1, 1, 1), (1, 1, 1), [], _stream(), path="cupy")
+        launch.prepare(_fn(), (1, 1, 1), (1, 1, 1), [], _stream(), path="cupy")
 
 
 def _launch_path_in(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     code = textwrap.dedent("""
         import warnings
         warnings.simplefilter("always")
-        from onnx_ep.providers.cuda import runtime
-        runtime._ctypes_cuLaunchKernel = lambda: None   # as on a machine without libcuda
-        print(runtime.launch_path())
+        from onnx_ep.providers.cuda import launch
+        launch._ctypes_cuLaunchKernel = lambda: None   # as on a machine without libcuda
+        print(launch.launch_path())
     """)
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, env={**os.environ, **env})
@@ -191,28 +206,28 @@ def test_onnx_ep_launch_picks_the_path_and_warns_when_it_cannot(value, path, war
 def test_remember_empties_a_full_cache() -> None:
     cache: dict[int, int] = {}
     for i in range(5):
-        runtime.remember(cache, i, i, cap=3)
+        launch.remember(cache, i, i, cap=3)
     assert cache == {3: 3, 4: 4}
 
 
 def test_launch_cached_builds_a_record_on_the_second_sighting(monkeypatch) -> None:
     fake = _ctypes_path(monkeypatch, 3, fresh_cache=True)
     plain: list[Any] = []
-    monkeypatch.setattr(runtime, "launch", lambda *a: plain.append(a))
+    monkeypatch.setattr(launch, "launch", lambda *a: plain.append(a))
     fn, stream = _fn(), _stream()
-    args = [(0x20, runtime.PTR), (5, runtime.I64), (Pair(1, 2), None)]
+    args = [(0x20, PTR), (5, I64), (Pair(1, 2), None)]
     for _ in range(3):
-        runtime.launch_cached(fn, (1, 1, 1), (256, 1, 1), args, stream)
-    assert len(plain) == 1 and len(fake.calls) == 2 and len(runtime._cached) == 1
+        launch.launch_cached(fn, (1, 1, 1), (256, 1, 1), args, stream)
+    assert len(plain) == 1 and len(fake.calls) == 2 and len(launch._cached) == 1
     # a struct of other bytes is another key
-    runtime.launch_cached(fn, (1, 1, 1), (256, 1, 1), args[:2] + [(Pair(1, 3), None)], stream)
+    launch.launch_cached(fn, (1, 1, 1), (256, 1, 1), args[:2] + [(Pair(1, 3), None)], stream)
     assert len(plain) == 2
 
 
 def test_launch_cached_launches_plainly_when_an_argument_is_unhashable(monkeypatch) -> None:
     plain: list[Any] = []
-    monkeypatch.setattr(runtime, "launch", lambda *a: plain.append(a))
-    runtime.launch_cached(_fn(), (1, 1, 1), (1, 1, 1), [(ctypes.c_float(1.0), runtime.F64)],
+    monkeypatch.setattr(launch, "launch", lambda *a: plain.append(a))
+    launch.launch_cached(_fn(), (1, 1, 1), (1, 1, 1), [(ctypes.c_float(1.0), F64)],
                           _stream())
     assert len(plain) == 1
 
@@ -243,10 +258,10 @@ def test_elementwise_node_packs_once_per_pointer_and_shape_set(monkeypatch) -> N
 
     fake = _ctypes_path(monkeypatch, 5)               # a, b, y, n, the Bcast struct
     bound = _bound_add()
-    monkeypatch.setattr(type(bound), "function", lambda self, ordinal: _fn("add_f32"))
+    monkeypatch.setattr(type(bound), "bound_function", lambda self, ordinal: _fn("add_f32"))
     built: list[Any] = []
-    real_prepare = runtime.prepare
-    monkeypatch.setattr(runtime, "prepare", lambda *a, **k: built.append(a) or real_prepare(
+    real_prepare = launch.prepare
+    monkeypatch.setattr(launch, "prepare", lambda *a, **k: built.append(a) or real_prepare(
         *a, **k))
     ctx = _Ctx(_stream())
     a, b, y = _T(0x1000, (2, 3)), _T(0x2000, (3,)), _T(0x3000, (2, 3))
@@ -273,7 +288,7 @@ def test_cast_node_packs_once(monkeypatch) -> None:
     fake = _ctypes_path(monkeypatch, 3)
     meta = NodeMeta("cast", "Cast", "", 19, {"to": 10}, (TensorSpec(np.float32, (4,)),))
     bound = Cast("Cast", 19).bind(meta)
-    monkeypatch.setattr(type(bound), "function", lambda self, ordinal: _fn(bound.symbol))
+    monkeypatch.setattr(type(bound), "bound_function", lambda self, ordinal: _fn(bound.symbol))
     ctx, x, y = _Ctx(_stream()), _T(0x100, (4,)), _T(0x200, (4,))
     bound.execute_with_workspace(ctx, [x], [y], None)
     bound.execute_with_workspace(ctx, [x], [y], None)
@@ -284,10 +299,58 @@ def test_cast_node_packs_once(monkeypatch) -> None:
 # ---------------------------------------------------------------- GPU
 
 
+@pytest.mark.cuda
+def test_launch_fill_and_axpy_are_bit_exact(cuda_device, allocator, stream) -> None:
+    from onnx_ep.core.memory import Role
+    from onnx_ep.providers.cuda import nvrtc
+
+    n = 100_003
+    fill = nvrtc.get_function("testing", "fill_f32", cuda_device)
+    axpy = nvrtc.get_function("testing", "axpy_f32", cuda_device)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(n, dtype=np.float32)
+    dx = allocator.allocate(x.nbytes, Role.ACTIVATIONS, "test")
+    dy = allocator.allocate(x.nbytes, Role.ACTIVATIONS, "test")
+    copies.copy_htod(dx.ptr, x, stream)
+    launch.launch(fill, launch.grid_1d(n), (256, 1, 1),
+                  [(dy.ptr, PTR), (1.5, F32), (n, I64)], stream)
+    a = np.float32(0.3)
+    launch.launch(axpy, launch.grid_1d(n, max_blocks=64), (256, 1, 1),
+                  [(float(a), F32), (dx.ptr, PTR), (dy.ptr, PTR), (n, I64)], stream)
+    out = np.empty_like(x)
+    copies.copy_dtoh(out, dy.ptr, stream)
+    stream.synchronize()
+    expected = a * x + np.float32(1.5)   # float32 multiply, then float32 add: no FMA
+    np.testing.assert_array_equal(out, expected)
+    dx.free()
+    dy.free()
+
+
+@pytest.mark.cuda
+def test_launch_failure_raises_cuda_error_naming_the_kernel(cuda_device, stream) -> None:
+    from onnx_ep.providers.cuda import nvrtc
+
+    fill = nvrtc.get_function("testing", "fill_f32", cuda_device)
+    with pytest.raises(CudaError) as info:
+        launch.launch(fill, (1, 1, 1), (4096, 1, 1),   # more threads than a block may have
+                      [(0, PTR), (0.0, F32), (0, I64)], stream)
+    assert info.value.error_name == "CUDA_ERROR_INVALID_VALUE"
+    assert "fill_f32" in str(info.value)
+
+
+@pytest.mark.cuda
+def test_missing_symbol_raises_not_found(cuda_device) -> None:
+    from onnx_ep.providers.cuda import nvrtc
+
+    with pytest.raises(CudaError) as info:
+        nvrtc.get_function("testing", "no_such_kernel", cuda_device)
+    assert info.value.error_name == "CUDA_ERROR_NOT_FOUND"
+
+
 @pytest.fixture(params=["ctypes", "bindings"])
 def path(request: pytest.FixtureRequest) -> str:
     """Each launch path; ctypes skips where the driver library does not load through it."""
-    if request.param == "ctypes" and runtime._ctypes_cuLaunchKernel() is None:
+    if request.param == "ctypes" and launch._ctypes_cuLaunchKernel() is None:
         pytest.skip("the CUDA driver library does not load through ctypes here")
     return request.param
 
@@ -305,20 +368,20 @@ def test_prepared_launches_are_bit_exact_on_each_path(cuda_device, allocator, st
     dx = allocator.allocate(x.nbytes, Role.ACTIVATIONS, "test")
     dy = allocator.allocate(x.nbytes, Role.ACTIVATIONS, "test")
     try:
-        runtime.copy_htod(dx.ptr, x, stream)
-        f = runtime.prepare(fill, runtime.grid_1d(n), (256, 1, 1),
-                            [(dy.ptr, runtime.PTR), (1.5, runtime.F32), (n, runtime.I64)],
+        copies.copy_htod(dx.ptr, x, stream)
+        f = launch.prepare(fill, launch.grid_1d(n), (256, 1, 1),
+                            [(dy.ptr, PTR), (1.5, F32), (n, I64)],
                             stream, path=path)
         a = np.float32(0.3)
-        g = runtime.prepare(axpy, runtime.grid_1d(n, max_blocks=8), (256, 1, 1),
-                            [(float(a), runtime.F32), (dx.ptr, runtime.PTR),
-                             (dy.ptr, runtime.PTR), (n, runtime.I64)], stream, path=path)
+        g = launch.prepare(axpy, launch.grid_1d(n, max_blocks=8), (256, 1, 1),
+                            [(float(a), F32), (dx.ptr, PTR),
+                             (dy.ptr, PTR), (n, I64)], stream, path=path)
         assert f.path == g.path == path
         f()
         g()
         g()                                          # y = a*x + (a*x + 1.5)
         out = np.empty_like(x)
-        runtime.copy_dtoh(out, dy.ptr, stream)
+        copies.copy_dtoh(out, dy.ptr, stream)
         stream.synchronize()
         np.testing.assert_array_equal(out, a * x + (a * x + np.float32(1.5)))
     finally:
@@ -331,8 +394,8 @@ def test_a_rejected_prepared_launch_names_the_driver_error(cuda_device, stream, 
     from onnx_ep.providers.cuda import nvrtc
 
     fill = nvrtc.get_function("testing", "fill_f32", cuda_device)
-    rec = runtime.prepare(fill, (1, 1, 1), (4096, 1, 1),   # more threads than a block may have
-                          [(0, runtime.PTR), (0.0, runtime.F32), (0, runtime.I64)], stream,
+    rec = launch.prepare(fill, (1, 1, 1), (4096, 1, 1),   # more threads than a block may have
+                          [(0, PTR), (0.0, F32), (0, I64)], stream,
                           path=path)
     with pytest.raises(CudaError) as info:
         rec()
@@ -344,9 +407,9 @@ def test_a_rejected_prepared_launch_names_the_driver_error(cuda_device, stream, 
 def test_the_default_path_is_bindings_unless_the_environment_names_one(cuda_device) -> None:
     # bindings measured cheaper on the H200 (docs/PERFORMANCE.md, benchmark section 5)
     want = os.environ.get("ONNX_EP_LAUNCH") or "bindings"
-    if want == "ctypes" and runtime._ctypes_cuLaunchKernel() is None:
+    if want == "ctypes" and launch._ctypes_cuLaunchKernel() is None:
         want = "bindings"
-    assert runtime.launch_path() == want
+    assert launch.launch_path() == want
 
 
 @pytest.mark.cuda
@@ -355,28 +418,28 @@ def test_a_prepared_launch_replays_inside_a_captured_graph(cuda_device, allocato
     from onnx_ep.core.memory import Role
     from onnx_ep.providers.cuda import nvrtc
 
-    drv = runtime.driver()
+    drv = driver.driver()
     fill = nvrtc.get_function("testing", "fill_f32", cuda_device)
     n = 1024
     y = allocator.allocate(4 * n, Role.ACTIVATIONS, "test")
     try:
-        rec = runtime.prepare(fill, runtime.grid_1d(n), (256, 1, 1),
-                              [(y.ptr, runtime.PTR), (7.0, runtime.F32), (n, runtime.I64)],
+        rec = launch.prepare(fill, launch.grid_1d(n), (256, 1, 1),
+                              [(y.ptr, PTR), (7.0, F32), (n, I64)],
                               stream, path=path)
-        runtime.check(drv.cuStreamBeginCapture(
+        driver.check(drv.cuStreamBeginCapture(
             stream.handle, drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL))
         try:
             rec()
         finally:
-            graph = runtime.check(drv.cuStreamEndCapture(stream.handle), "cuStreamEndCapture")
-        exe = runtime.check(drv.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
-        runtime.check(drv.cuGraphLaunch(exe, stream.handle), "cuGraphLaunch")
+            graph = driver.check(drv.cuStreamEndCapture(stream.handle), "cuStreamEndCapture")
+        exe = driver.check(drv.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+        driver.check(drv.cuGraphLaunch(exe, stream.handle), "cuGraphLaunch")
         out = np.zeros(n, np.float32)
-        runtime.copy_dtoh(out, y.ptr, stream)
+        copies.copy_dtoh(out, y.ptr, stream)
         stream.synchronize()
         np.testing.assert_array_equal(out, np.full(n, 7.0, np.float32))
-        runtime.check(drv.cuGraphExecDestroy(exe))
-        runtime.check(drv.cuGraphDestroy(graph))
+        driver.check(drv.cuGraphExecDestroy(exe))
+        driver.check(drv.cuGraphDestroy(graph))
     finally:
         y.free()
 
@@ -415,22 +478,22 @@ def test_a_chain_of_elementwise_and_cast_nodes_reruns_with_new_feeds(cuda_device
 
 def test_launch_cached_tells_a_negative_zero_from_a_zero(monkeypatch) -> None:
     fake = _ctypes_path(monkeypatch, 1, fresh_cache=True)
-    monkeypatch.setattr(runtime, "launch", lambda *a: None)
+    monkeypatch.setattr(launch, "launch", lambda *a: None)
     fn, stream = _fn(), _stream()
     for value in (0.0, 0.0, -0.0, -0.0):
-        runtime.launch_cached(fn, (1, 1, 1), (1, 1, 1), [(value, runtime.F32)], stream)
+        launch.launch_cached(fn, (1, 1, 1), (1, 1, 1), [(value, F32)], stream)
     values = [ctypes.c_float.from_address(c["slots"][0]).value for c in fake.calls]
     assert [str(v) for v in values] == ["0.0", "-0.0"]
 
 
 def test_unary_node_packs_its_scalars_once(monkeypatch) -> None:
     from onnx_ep.core.kernel import NodeMeta, TensorSpec
-    from onnx_ep.providers.cuda.kernels.elementwise import ROWS
+    from onnx_ep.providers.cuda.kernels.activation import ROWS
 
     fake = _ctypes_path(monkeypatch, 5)               # x, y, n, p0, p1
     meta = NodeMeta("lr", "LeakyRelu", "", 17, {"alpha": 0.5}, (TensorSpec(np.float32, (8,)),))
     bound = ROWS["LeakyRelu"].bind(meta)
-    monkeypatch.setattr(type(bound), "function", lambda self, ordinal: _fn(bound.symbol))
+    monkeypatch.setattr(type(bound), "bound_function", lambda self, ordinal: _fn(bound.symbol))
     ctx, x, y = _Ctx(_stream()), _T(0x100, (8,)), _T(0x200, (8,))
     bound.execute_with_workspace(ctx, [x], [y], None)
     bound.execute_with_workspace(ctx, [x], [y], None)

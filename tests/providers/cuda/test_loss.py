@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from onnx_ep.core.kernel import Parity
-from onnx_ep.providers.cuda.kernels.device_kernel import narrow_tolerance
+from onnx_ep.providers.cuda.kernels.base import narrow_tolerance
 from onnx_ep.providers.cuda.kernels.normalization import NORM_PARITY
 from tests.helpers.cuda_family import FLOATS, check, model, random
 

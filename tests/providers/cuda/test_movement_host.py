@@ -14,7 +14,7 @@ import pytest
 
 from onnx_ep.core.kernel import NodeMeta, Parity, TensorSpec
 from onnx_ep.providers.cuda.kernels import movement as mv
-from onnx_ep.providers.cuda.kernels.device_kernel import Geo, contiguous_strides
+from onnx_ep.providers.cuda.kernels.base import Geo, contiguous_strides
 
 
 def _units(x: np.ndarray, width: int) -> np.ndarray:

@@ -101,7 +101,7 @@ def test_a_loaded_module_serves_every_symbol_without_reading_the_disk_cache(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The GPU cold-start test's counters, on the CPU: one compile, one load, and no disk
     cache hit for the second symbol of an already-loaded source."""
-    from onnx_ep.providers.cuda import runtime
+    from onnx_ep.providers.cuda import driver, launch
 
     class FakeModule:
         def function(self, name: str) -> tuple[str, str]:
@@ -122,8 +122,8 @@ def test_a_loaded_module_serves_every_symbol_without_reading_the_disk_cache(
         return b"\x7fELF" + text.encode()
 
     monkeypatch.setattr(nvrtc, "compile_cubin", fake_compile)
-    monkeypatch.setattr(runtime, "driver_version", lambda: 13000)
-    monkeypatch.setattr(runtime, "load_module", lambda cubin: FakeModule())
+    monkeypatch.setattr(driver, "driver_version", lambda: 13000)
+    monkeypatch.setattr(launch, "load_module", lambda cubin: FakeModule())
     nvrtc.clear_memory_cache()
     nvrtc.reset_compile_stats()
     try:
@@ -199,20 +199,21 @@ def test_compiled_cubin_is_an_elf_for_the_device_arch(cuda_device) -> None:
 def test_fp16_and_bf16_headers_are_found_and_casts_round_to_nearest(
         cuda_device, allocator, stream) -> None:
     from onnx_ep.core.memory import Role
-    from onnx_ep.providers.cuda import runtime
+    from onnx_ep.providers.cuda import copies, launch
+    from onnx_ep.providers.cuda.kernels.base import I64, PTR
 
     rng = np.random.default_rng(3)
     x = (rng.standard_normal(4099) * 1000).astype(np.float32)
     n = x.size
     dx = allocator.allocate(x.nbytes, Role.ACTIVATIONS, "test")
     dy = allocator.allocate(2 * n, Role.ACTIVATIONS, "test")
-    runtime.copy_htod(dx.ptr, x, stream)
+    copies.copy_htod(dx.ptr, x, stream)
     for symbol, dtype in (("cast_f32_f16", np.float16), ("cast_f32_bf16", ml_dtypes.bfloat16)):
         fn = nvrtc.get_function("testing_fp16", symbol, cuda_device)
-        runtime.launch(fn, runtime.grid_1d(n), (256, 1, 1),
-                       [(dx.ptr, runtime.PTR), (dy.ptr, runtime.PTR), (n, runtime.I64)], stream)
+        launch.launch(fn, launch.grid_1d(n), (256, 1, 1),
+                      [(dx.ptr, PTR), (dy.ptr, PTR), (n, I64)], stream)
         out = np.empty(n, dtype)
-        runtime.copy_dtoh(out, dy.ptr, stream)
+        copies.copy_dtoh(out, dy.ptr, stream)
         stream.synchronize()
         np.testing.assert_array_equal(out.view(np.uint16), x.astype(dtype).view(np.uint16))
     dx.free()

@@ -14,7 +14,7 @@ import pytest
 
 from onnx_ep.core.kernel import NodeMeta, Parity, TensorSpec
 from onnx_ep.providers.cuda.kernels import reduce as rd
-from onnx_ep.providers.cuda.kernels.device_kernel import narrow_tolerance
+from onnx_ep.providers.cuda.kernels.base import narrow_tolerance
 
 
 def _offsets(n, sizes, strides):

@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 
 from onnx_ep.core.kernel import ExecutionContext, NodeMeta, Parity, TensorSpec
-from onnx_ep.providers.cpu_reference import grid as ref_grid
 from onnx_ep.providers.cpu_reference import resize as ref_resize
 from onnx_ep.providers.cuda.kernels import resize as rs
 
@@ -396,7 +395,7 @@ def _replay_grid(x, grid, mode, padding, align):
         base = [math.floor(cc) for cc in coords]
         frac = [cc - b for cc, b in zip(coords, base)]
         offs = (0, 1) if mode == 1 else (-1, 0, 1, 2)
-        ws = [[1.0 - f, f] if mode == 1 else list(ref_grid._cubic_weights(np.float64(f)))
+        ws = [[1.0 - f, f] if mode == 1 else list(ref_resize._cubic_weights(np.float64(f)))
               for f in frac]
         acc = 0.0
         for combo in itertools.product(range(len(offs)), repeat=nd):
@@ -417,7 +416,7 @@ def test_replay_of_grid_sample_equals_the_reference_bit_for_bit(mode, padding, a
     grid = (rng.standard_normal((1, 3, 5, 2)) * 0.9).astype(np.float32)
     meta = _meta("GridSample", [TensorSpec(F32, x.shape), TensorSpec(F32, grid.shape)], 16,
                  mode=mode, padding_mode=padding, align_corners=align)
-    want = ref_grid.GridSample("GridSample").run(ExecutionContext(meta), x, grid)
+    want = ref_resize.GridSample("GridSample").run(ExecutionContext(meta), x, grid)
     got = _replay_grid(x, grid, rs.GRID_MODES[mode], rs.GRID_PADDING[padding], align)
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
     assert KERNELS["GridSample"].supports(meta)
@@ -430,7 +429,7 @@ def test_grid_sample_volumetric_replay_and_declines():
     grid = (rng.standard_normal((1, 2, 2, 3, 3)) * 1.2).astype(np.float32)
     meta = _meta("GridSample", [TensorSpec(F32, x.shape), TensorSpec(F32, grid.shape)], 20,
                  mode="linear", padding_mode="reflection")
-    want = ref_grid.GridSample("GridSample").run(ExecutionContext(meta), x, grid)
+    want = ref_resize.GridSample("GridSample").run(ExecutionContext(meta), x, grid)
     got = _replay_grid(x, grid, 1, 2, False)
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
     mixed = _meta("GridSample", [TensorSpec(F32, x.shape),
@@ -446,14 +445,12 @@ def test_grid_sample_volumetric_replay_and_declines():
     ((20, 8, 3), (10, 9), [-3, -2]), ((5, 6), (5, 6), None),
 ])
 def test_center_crop_pad_geometry_replays_the_reference(x_shape, target, axes):
-    from onnx_ep.providers.cpu_reference import movement as ref_movement
-
     x = np.arange(int(np.prod(x_shape)), dtype=np.int32).reshape(x_shape) + 1
     attrs = {} if axes is None else {"axes": axes}
     meta = _meta("CenterCropPad", [TensorSpec(x.dtype, x.shape),
                                    TensorSpec(np.dtype(np.int64), (len(target),))], 18,
                  **attrs)
-    want = ref_movement.CenterCropPad("CenterCropPad").run(
+    want = ref_resize.CenterCropPad("CenterCropPad").run(
         ExecutionContext(meta), x, np.array(target, dtype=np.int64))
     g = rs.crop_geometry(x.shape, want.shape)
     got = np.zeros(want.shape, dtype=x.dtype)
@@ -511,7 +508,7 @@ def test_affine_grid_replay_keeps_the_promise(size, align):
     meta = _meta("AffineGrid", [TensorSpec(F32, theta.shape),
                                 TensorSpec(np.dtype(np.int64), (len(size),))], 20,
                  align_corners=align)
-    want = ref_grid.AffineGrid("AffineGrid").run(ExecutionContext(meta), theta,
+    want = ref_resize.AffineGrid("AffineGrid").run(ExecutionContext(meta), theta,
                                                   np.array(size, dtype=np.int64))
     got = _replay_affine(theta, size[2:], align)
     assert judge(got, want, KERNELS["AffineGrid"].bind(meta).parity).kept
@@ -558,7 +555,7 @@ def test_col2im_replay_equals_the_reference_bit_for_bit(image, block, attrs, dty
     specs = [TensorSpec(x.dtype, x.shape), TensorSpec(np.dtype(np.int64), (nd,)),
              TensorSpec(np.dtype(np.int64), (nd,))]
     meta = _meta("Col2Im", specs, 18, **attrs)
-    want = ref_grid.Col2Im("Col2Im").run(ExecutionContext(meta), x, np.array(image),
+    want = ref_resize.Col2Im("Col2Im").run(ExecutionContext(meta), x, np.array(image),
                                          np.array(block))
     got = _replay_col2im(x, list(image), list(block), dil, strides, pads)
     np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))

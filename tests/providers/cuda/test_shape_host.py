@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 
 from onnx_ep.core.kernel import OpKey, Parity, TensorSpec
-from onnx_ep.providers.cpu_reference import movement as ref_movement
 from onnx_ep.providers.cpu_reference import shape as ref_shape
 from onnx_ep.providers.cuda.kernels import shape as sh
 from tests.helpers.host_meta import by_op, spec_meta
@@ -124,7 +123,7 @@ def test_trilu_index_math_matches_the_reference(shape, k, upper):
 
     x = np.arange(1, int(np.prod(shape)) + 1, dtype=np.float32).reshape(shape)
     ctx = ExecutionContext(spec_meta("Trilu", [TensorSpec(F32, shape)], upper=upper))
-    want = ref_movement.Trilu("Trilu").run(ctx, x, None if k is None else np.array(k))
+    want = ref_shape.Trilu("Trilu").run(ctx, x, None if k is None else np.array(k))
     np.testing.assert_array_equal(_device_trilu(x, 0 if k is None else k, upper), want)
 
 
@@ -186,7 +185,7 @@ def test_supports_declines_what_cannot_run():
 
 
 def test_keys_match_cpu_reference_and_kernels_are_exact_and_capturable():
-    ref = {k.key.op_type: k.key for k in ref_shape.KERNELS + ref_movement.KERNELS}
+    ref = {k.key.op_type: k.key for k in ref_shape.KERNELS}
     for k in sh.KERNELS:
         assert k.key == OpKey("", k.key.op_type, ref[k.key.op_type].since)
         assert k.parity == Parity.EXACT
@@ -197,7 +196,7 @@ def test_keys_match_cpu_reference_and_kernels_are_exact_and_capturable():
 def test_the_family_is_registered():
     from onnx_ep.providers import cuda
 
-    assert "shape" in cuda.MODULES
+    assert sh in cuda.kernel_modules()
 
 
 # ---------------------------------------------------------------- execute, emulated
@@ -284,9 +283,9 @@ def _replay(mem: _Memory, symbol: str, grid, block, args) -> None:
 def emulated(monkeypatch):
     mem = _Memory()
     monkeypatch.setattr(sh._Shape, "function", lambda self, symbol, tensor: symbol)
-    monkeypatch.setattr(sh, "launch",
-                        lambda fn, grid, block, args, stream, shared=0: _replay(mem, fn, grid,
-                                                                                block, args))
+    monkeypatch.setattr(sh._Shape, "launch",
+                        lambda self, fn, grid, block, args, stream, shared=0: _replay(
+                            mem, fn, grid, block, args))
     return mem
 
 
@@ -302,8 +301,7 @@ def _run(mem, op, arrays, out_dtype, out_shape, opset=21, **attrs):
     assert k.supports(meta)
     outs = [mem.empty(out_dtype, out_shape)]
     k.execute_with_workspace(ctx, ins, outs, None)
-    ref_mod = ref_movement if op == "Trilu" else ref_shape
-    ref = {r.key.op_type: r for r in ref_mod.KERNELS}[op]
+    ref = {r.key.op_type: r for r in ref_shape.KERNELS}[op]
     slot: list = [None]
     ref.execute_with_workspace(ctx, arrays, slot, None)
     return outs[0].array(), np.asarray(slot[0])

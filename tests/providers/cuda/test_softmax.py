@@ -152,19 +152,20 @@ def test_pipelined_rows_keep_the_promise_and_equal_the_direct_kernels(
     """Each shape keeps the promise against cpu_reference through the pipelined kernel, and
     its bytes equal the direct kernel's (same arithmetic, other way into registers)."""
     from onnx_ep import Session
-    from onnx_ep.providers.cuda import runtime
+    from onnx_ep.providers.cuda.device import get_device
+    from onnx_ep.providers.cuda.kernels.base import CudaKernel
 
     monkeypatch.setattr(softmax, "PIPE_MAX_BLOCKS", 3)
     monkeypatch.setattr(softmax, "PIPE_STAGES", stages)
     monkeypatch.setattr(softmax, "PIPE_SHARED_BYTES", 96 * 1024)
     launched = []
-    real = softmax.launch
+    real = CudaKernel.launch
 
-    def spy(fn, grid, block, args, stream, shared_bytes=0):
+    def spy(self, fn, grid, block, args, stream, shared_bytes=0):
         launched.append((fn.name, grid, shared_bytes))
-        return real(fn, grid, block, args, stream, shared_bytes=shared_bytes)
+        return real(self, fn, grid, block, args, stream, shared_bytes=shared_bytes)
 
-    monkeypatch.setattr(softmax, "launch", spy)
+    monkeypatch.setattr(CudaKernel, "launch", spy)
     for i, shape in enumerate(PIPE_SHAPES):
         x = random(shape, dtype, seed=20 + i, scale=3.0) + dtype.type(0.25)
         m = _row_model(op, x, seed=40 + i)
@@ -180,5 +181,5 @@ def test_pipelined_rows_keep_the_promise_and_equal_the_direct_kernels(
         assert "_fast_v" in launched[-1][0]
         for a, b in zip(piped, direct):
             assert np.asarray(a).tobytes() == np.asarray(b).tobytes(), (op, shape)
-    runtime.get_device(0).synchronize()
+    get_device(0).synchronize()
 

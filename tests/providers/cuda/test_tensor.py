@@ -192,9 +192,9 @@ def test_torch_shares_memory_both_ways(allocator, stream) -> None:
 
 
 def back_stream(t: DeviceTensor):
-    from onnx_ep.providers.cuda import runtime
+    from onnx_ep.providers.cuda.device import get_device
 
-    return runtime.get_device(t.device).default_stream
+    return get_device(t.device).default_stream
 
 
 @pytest.mark.cuda

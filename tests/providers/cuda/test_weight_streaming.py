@@ -1,4 +1,4 @@
-"""Weight streaming on the GPU: weights paged through a VMM stable region (issue 5, point 2).
+"""Weight streaming on the GPU: weights paged through a VMM stable region.
 
 A model whose weights exceed a small ``memory_limit`` is refused under full residency,
 runs under weight streaming, and its outputs are byte-identical to a full-residency
@@ -99,9 +99,9 @@ def test_weights_over_the_vram_limit_stream_byte_identical_to_full_residency(cud
 
 def test_paged_region_maps_pages_of_a_core_reservation_under_a_fixed_address(cuda_device,
                                                                              stream):
-    from onnx_ep.providers.cuda.device_runtime import runtime_for
+    from onnx_ep.providers.cuda.device_runtime import cuda_runtime
 
-    rt = runtime_for(0)
+    rt = cuda_runtime(0)
     authority = authority_for("cuda:0", 64 * MiB + 512, rt.granularity, budget=rt.budget)
     region = rt.stable_region(3 * 2 * MiB - 5, "paged-region-test")
     P = region.page_bytes

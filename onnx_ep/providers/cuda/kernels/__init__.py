@@ -1,5 +1,7 @@
 """CUDA kernel families: ``<family>.cu`` sources and the Python kernel classes that launch them.
 
-Each Python module listed in ``onnx_ep.providers.cuda.MODULES`` defines
-``KERNELS: list``. Sources are compiled by :mod:`onnx_ep.providers.cuda.nvrtc`.
+Every kernel class derives from :class:`.base.CudaKernel`. Each family module, listed in
+:func:`onnx_ep.providers.cuda.kernel_modules`, defines ``KERNELS: list``. Sources (and the
+``ep_*.cuh`` headers they include) are compiled by :mod:`onnx_ep.providers.cuda.nvrtc`.
+docs/KERNELS.md, "Adding a CUDA op", lists the files a new op touches.
 """

@@ -26,6 +26,7 @@
 // Scores live in dynamic shared memory when the row fits (ws == nullptr), else in the
 // step workspace: one row of ``total`` scores per block, blocks loop over rows.
 // present_key / present_value are written by attention_present_* (past then new rows).
+#include "ep_block.cuh"
 #include "ep_float.cuh"
 #include "ep_geo.cuh"
 
@@ -82,29 +83,12 @@ __device__ __forceinline__ double mask_at(const void* m, int kind, long long idx
     }
 }
 
-__device__ __forceinline__ double att_max(double a, double b) {
-    if (isnan(a)) return a;
-    if (isnan(b)) return b;
-    return b > a ? b : a;
-}
-
-// 0: sum, 1: max (NaN propagates), 2: logical or
-template <int OP>
-__device__ __forceinline__ double att_reduce(double v, double* sh) {
-    int t = threadIdx.x;
-    sh[t] = v;
-    __syncthreads();
-    for (int s = blockDim.x >> 1; s > 0; s >>= 1) {
-        if (t < s) {
-            double a = sh[t], b = sh[t + s];
-            sh[t] = OP == 0 ? a + b : OP == 1 ? att_max(a, b) : ((a != 0.0 || b != 0.0) ? 1.0 : 0.0);
-        }
-        __syncthreads();
+// logical or of 0.0 / 1.0 flags, for block_reduce (ep_block.cuh)
+struct AnyOp {
+    static __device__ __forceinline__ double comb(double a, double b) {
+        return (a != 0.0 || b != 0.0) ? 1.0 : 0.0;
     }
-    double r = sh[0];
-    __syncthreads();
-    return r;
-}
+};
 
 template <class T, int C>
 __device__ void attention_rows(const T* __restrict__ q, const T* __restrict__ k,
@@ -178,10 +162,10 @@ __device__ void attention_rows(const T* __restrict__ q, const T* __restrict__ k,
             s = P::rnd(s + bias);
             if (qk && g.qk_mode == 2) qk[r * total + j] = round_from64<T>(s);
             sc[j] = (S)s;
-            mx = att_max(mx, s);
+            mx = nan_extreme<true>(mx, s);
         }
-        alive = att_reduce<2>(alive, red);
-        mx = att_reduce<1>(mx, red);
+        alive = block_reduce<AnyOp>(alive, red);
+        mx = block_reduce<MaxOp>(mx, red);
         if (mx == -inf64()) mx = 0.0;
         double sum = 0.0;
         for (long long j = t; j < total; j += nt) {
@@ -189,7 +173,7 @@ __device__ void attention_rows(const T* __restrict__ q, const T* __restrict__ k,
             sc[j] = (S)e;
             sum += e;
         }
-        double tot = P::rnd(att_reduce<0>(sum, red));
+        double tot = P::rnd(block_reduce<SumOp>(sum, red));
         if (tot == 0.0) tot = 1.0;
         for (long long j = t; j < total; j += nt) {
             double pj = alive != 0.0 ? P::rnd((double)sc[j] / tot) : 0.0;

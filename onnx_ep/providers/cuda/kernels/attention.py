@@ -35,13 +35,16 @@ import attrs
 import numpy as np
 
 from onnx_ep.core.kernel import NodeMeta, Parity, Support, TensorSpec, WorkspaceRequirement
-from onnx_ep.providers.cuda.kernels.device_kernel import (
+from onnx_ep.providers.cuda.kernels.base import (
     BF16,
+    BLOCK,
     FLOATS,
     I64,
     PTR,
     CudaKernel,
-    launch,
+    grid_1d,
+    optional_input,
+    static_shape,
     struct_arg,
     suffix,
 )
@@ -54,7 +57,7 @@ PARITY: dict[str, Parity] = {
     "bfloat16": Parity.tolerance(rtol=1.6e-2, atol=4e-3),
 }
 
-BLOCK = 128                 #: threads per row block (ATT_BLOCK in attention.cu)
+ATT_BLOCK = 128             #: threads per row block (ATT_BLOCK in attention.cu)
 MAX_ROW_BLOCKS = 4096       #: blocks in the grid; each loops over rows
 #: dynamic shared memory a block may use (48 KiB default minus the 1 KiB reduction scratch
 #: and headroom); a row of scores beyond it goes to the step workspace
@@ -215,16 +218,6 @@ def mask_strides(shape: Sequence[int], dims: AttnDims) -> tuple[int, int, int]:
     return strides[2], strides[1], strides[0]
 
 
-def _static(spec: TensorSpec | None) -> tuple[int, ...] | None:
-    if spec is None or not spec.is_static:
-        return None
-    return tuple(int(d) for d in spec.shape)
-
-
-def _input(meta: NodeMeta, i: int) -> TensorSpec | None:
-    return meta.inputs[i] if len(meta.inputs) > i else None
-
-
 def _wants_qk(names: Sequence[str]) -> bool:
     return len(names) > 3 and bool(names[3])
 
@@ -249,18 +242,18 @@ class Attention(CudaKernel):
 
     # ------------------------------------------------------------ placement
     def supports(self, meta: NodeMeta) -> Support:
-        q, k, v = _input(meta, 0), _input(meta, 1), _input(meta, 2)
+        q, k, v = (optional_input(meta.inputs, i) for i in (0, 1, 2))
         if q is None or k is None or v is None:
             return Support.no("Q, K and V are required")
         if np.dtype(q.dtype) not in FLOATS:
             return Support.no(f"Q dtype {np.dtype(q.dtype)} is not float32, float16, "
                               f"bfloat16 or float64")
         for i, name in ((1, "K"), (2, "V"), (4, "past_key"), (5, "past_value")):
-            spec = _input(meta, i)
+            spec = optional_input(meta.inputs, i)
             if spec is not None and np.dtype(spec.dtype) != np.dtype(q.dtype):
                 return Support.no(f"{name} is {np.dtype(spec.dtype)} but Q is "
                                   f"{np.dtype(q.dtype)}")
-        mask, pk, pv, nonpad = (_input(meta, i) for i in (3, 4, 5, 6))
+        mask, pk, pv, nonpad = (optional_input(meta.inputs, i) for i in (3, 4, 5, 6))
         if mask is not None and np.dtype(mask.dtype) not in _MASK_KIND:
             return Support.no(f"attn_mask dtype {np.dtype(mask.dtype)} is not bool or a float")
         if (pk is None) != (pv is None):
@@ -280,29 +273,29 @@ class Attention(CudaKernel):
                               f"{len(k.shape)}, {len(v.shape)}")
         if len(q.shape) == 3 and not (meta.attr("q_num_heads") and meta.attr("kv_num_heads")):
             return Support.no("3-D inputs need q_num_heads and kv_num_heads")
-        shapes = [_static(s) for s in (q, k, v)]
+        shapes = [static_shape(s) for s in (q, k, v)]
         if all(s is not None for s in shapes):
-            past = _static(pk) if pk is not None else None
+            past = static_shape(pk) if pk is not None else None
             if pk is not None and past is None:
                 return Support.YES   # decided at run time (execute raises on bad shapes)
             try:
                 dims = attention_dims(*shapes, past, meta.attrs)
                 if dims.total == 0:
                     return Support.no("no keys (kv length 0)")
-                if pv is not None and _static(pv) is not None:
-                    pvs = _static(pv)
+                if pv is not None and static_shape(pv) is not None:
+                    pvs = static_shape(pv)
                     if pvs[:3] != (dims.batch, dims.kv_heads, dims.past_len) or (
                             pvs[3] != dims.v_head):
                         raise ValueError(f"past_value {pvs} does not match V")
-                if mask is not None and _static(mask) is not None:
-                    mask_strides(_static(mask), dims)
+                if mask is not None and static_shape(mask) is not None:
+                    mask_strides(static_shape(mask), dims)
                 attention_plan(dims, compute_dtype(q.dtype, meta.attr("softmax_precision")))
             except ValueError as exc:
                 return Support.no(str(exc))
         return Support.YES
 
     def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
-        q, k, v, pk = (_input(meta, i) for i in (0, 1, 2, 4))
+        q, k, v, pk = (optional_input(meta.inputs, i) for i in (0, 1, 2, 4))
         n = max(len(meta.output_names), 1)
         if q is None or k is None or v is None or len(q.shape) not in (3, 4):
             return [None] * n
@@ -323,9 +316,9 @@ class Attention(CudaKernel):
         return outs[:n] + [None] * (n - len(outs))
 
     def workspace_requirement(self, meta: NodeMeta) -> WorkspaceRequirement:
-        shapes = [_static(_input(meta, i)) for i in (0, 1, 2)]
-        pk = _input(meta, 4)
-        past = _static(pk) if pk is not None else None
+        shapes = [static_shape(optional_input(meta.inputs, i)) for i in (0, 1, 2)]
+        pk = optional_input(meta.inputs, 4)
+        past = static_shape(pk) if pk is not None else None
         if any(s is None for s in shapes) or (pk is not None and past is None):
             return WorkspaceRequirement.NONE
         try:
@@ -368,12 +361,12 @@ class Attention(CudaKernel):
             if present is None or present.size == 0:
                 continue
             nsb, nsh, nss = layout_strides(dims.three_d, dims.kv_heads, dims.kv_len, dim)
-            blocks = max(1, min(-(-present.size // 256), 65535 * 32))
-            launch(self.function(f"attention_present_{sfx}", q), (blocks, 1, 1), (256, 1, 1),
-                   [(past.ptr if past is not None else 0, PTR), (new.ptr, PTR),
-                    (present.ptr, PTR), (dims.batch, I64), (dims.kv_heads, I64),
-                    (dims.past_len, I64), (dims.kv_len, I64), (dim, I64), (nsb, I64),
-                    (nsh, I64), (nss, I64)], ctx.stream)
+            self.launch(self.function(f"attention_present_{sfx}", q), grid_1d(present.size),
+                        (BLOCK, 1, 1),
+                        [(past.ptr if past is not None else 0, PTR), (new.ptr, PTR),
+                         (present.ptr, PTR), (dims.batch, I64), (dims.kv_heads, I64),
+                         (dims.past_len, I64), (dims.kv_len, I64), (dim, I64), (nsb, I64),
+                         (nsh, I64), (nss, I64)], ctx.stream)
         if y is None or dims.rows == 0:
             return
         ws_ptr = 0
@@ -384,13 +377,13 @@ class Attention(CudaKernel):
             ws_ptr = int(workspace.buffer.ptr)
         g = self._geo(node, dims, q.dtype, mask, m_strides, qk is not None)
         bits = compute.itemsize * 8
-        launch(self.function(f"attention_{sfx}_c{bits}", q), (plan.grid, 1, 1), (BLOCK, 1, 1),
-               [(q.ptr, PTR), (k.ptr, PTR), (v.ptr, PTR),
-                (pk.ptr if pk is not None else 0, PTR), (pv.ptr if pv is not None else 0, PTR),
-                (mask.ptr if mask is not None else 0, PTR),
-                (nonpad.ptr if nonpad is not None else 0, PTR), (y.ptr, PTR),
-                (qk.ptr if qk is not None else 0, PTR), (ws_ptr, PTR), struct_arg(g)],
-               ctx.stream, shared_bytes=plan.shared_bytes)
+        self.launch(self.function(f"attention_{sfx}_c{bits}", q), (plan.grid, 1, 1),
+                    (ATT_BLOCK, 1, 1), [(q.ptr, PTR), (k.ptr, PTR), (v.ptr, PTR),
+                     (pk.ptr if pk is not None else 0, PTR), (pv.ptr if pv is not None else 0, PTR),
+                     (mask.ptr if mask is not None else 0, PTR),
+                     (nonpad.ptr if nonpad is not None else 0, PTR), (y.ptr, PTR),
+                     (qk.ptr if qk is not None else 0, PTR), (ws_ptr, PTR), struct_arg(g)],
+                    ctx.stream, shared_bytes=plan.shared_bytes)
 
     @staticmethod
     def _expected(d: AttnDims, dtype: Any) -> list[tuple[int, ...]]:

@@ -15,7 +15,6 @@ a short array) gives another. String is declined (it falls back).
 
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,25 +26,28 @@ from onnx_ep.core.dtypes import np_dtype
 from onnx_ep.core.kernel import (
     ExecutionContext,
     NodeMeta,
-    OpKey,
     Parity,
     Support,
     TensorSpec,
 )
 from onnx_ep.providers.cuda.kernels import elementwise
-from onnx_ep.providers.cuda.kernels.device_kernel import dtype_names, suffixes_of
-from onnx_ep.providers.cuda.kernels.elementwise import (
+from onnx_ep.providers.cuda.kernels.base import (
+    I32,
+    I64,
+    PTR,
     BoundLaunch,
     BoundRow,
-    LaunchOnly,
-    _attr_str,
+    CudaKernel,
+    attr_str,
+    dtype_names,
     flat_geometry,
     launch_geometry,
+    suffixes_of,
 )
 
 SOURCE = "cast"
 #: numpy dtype -> symbol suffix in cast.cu (every pair is instantiated), from
-#: device_kernel.TYPES
+#: base.TYPES
 SUFFIXES: dict[np.dtype, str] = suffixes_of((
     np.float32, np.float16, ml_dtypes.bfloat16, np.float64,
     np.int64, np.int32, np.int16, np.int8, np.uint64, np.uint32, np.uint16, np.uint8,
@@ -104,17 +106,15 @@ class _BoundCast(BoundLaunch):
         return flat if flat is not None else launch_geometry(n)
 
     def arguments(self, n: int, inputs: Sequence[Any], y: Any) -> list[tuple[Any, Any]]:
-        return [(int(inputs[0].ptr), ctypes.c_void_p), (int(y.ptr), ctypes.c_void_p),
-                (n, ctypes.c_int64), (self.saturate, ctypes.c_int),
-                (self.round_mode, ctypes.c_int)]
+        return [(int(inputs[0].ptr), PTR), (int(y.ptr), PTR), (n, I64), (self.saturate, I32),
+                (self.round_mode, I32)]
 
 
 class Cast(BoundRow):
     """Cast (target from attribute ``to``) or CastLike (target = dtype of input 1)."""
 
     def __init__(self, op_type: str, since: int) -> None:
-        self.key = OpKey("", op_type, since)
-        self.parity = Parity.EXACT
+        super().__init__(op_type, since, Parity.EXACT)
         self.like = op_type == "CastLike"
 
     def __repr__(self) -> str:
@@ -141,7 +141,7 @@ class Cast(BoundRow):
         for what, dt in (("source", src), ("target", dst)):
             if np.dtype(dt) not in DTYPES:
                 return Support.no(f"{what} dtype {dt} not in ({dtype_names(DTYPES)})")
-        mode = _attr_str(meta.attr("round_mode", "up"))
+        mode = attr_str(meta.attr("round_mode", "up"))
         if mode not in ROUND_MODES:
             return Support.no(f"round_mode {mode!r} not in {tuple(ROUND_MODES)}")
         return Support.YES
@@ -157,7 +157,7 @@ class Cast(BoundRow):
         assert dst is not None and meta.inputs[0] is not None
         return _BoundCast(self, meta.inputs[0].dtype, dst,
                           saturate=bool(int(meta.attr("saturate", 1))),
-                          round_mode=_attr_str(meta.attr("round_mode", "up")))
+                          round_mode=attr_str(meta.attr("round_mode", "up")))
 
 
 #: bits per element of the types BitCast may reinterpret (ONNX widths, not itemsizes)
@@ -170,7 +170,7 @@ def _bits(dt: np.dtype) -> int:
     return _SUB_BYTE_BITS.get(np.dtype(dt), np.dtype(dt).itemsize * 8)
 
 
-class BitCast(LaunchOnly):
+class BitCast(CudaKernel):
     """BitCast: output 0 is a view of input 0's bytes as ``to`` (equal bit widths; no
     launch). Sub-byte types keep their value in a byte's low bits, so equal widths mean
     equal bytes, as in cpu_reference (which masks to the width: a no-op on such bytes)."""
@@ -178,8 +178,7 @@ class BitCast(LaunchOnly):
     aliases = {0: 0}
 
     def __init__(self, op_type: str, since: int) -> None:
-        self.key = OpKey("", op_type, since)
-        self.parity = Parity.EXACT
+        super().__init__(op_type, since, Parity.EXACT)
 
     def __repr__(self) -> str:
         return f"BitCast({self.key})"

@@ -37,10 +37,18 @@ from onnx_ep.core.kernel import (
     WorkspaceView,
 )
 from onnx_ep.errors import NodeError
-from onnx_ep.providers.cpu_reference.windows import window_geometry
-from onnx_ep.providers.cuda import blas
-from onnx_ep.providers.cuda.kernels.device_kernel import prod
-from onnx_ep.providers.cuda.kernels.float_base import FloatKernel, function, launch, static_shape
+from onnx_ep.providers.shared.windows import window_geometry
+from onnx_ep.providers.cuda import blas, copies
+from onnx_ep.providers.cuda.kernels.base import (
+    BLOCK,
+    I64,
+    PTR,
+    FloatKernel,
+    grid_1d,
+    prod,
+    static_shape,
+    suffix,
+)
 from onnx_ep.providers.cuda.kernels.gemm import problem_alignment
 
 
@@ -161,6 +169,8 @@ def _sizes(geometry: ConvGeometry) -> ConvWorkspace:
 class _GeometryKernel(FloatKernel):
     """A kernel whose output shape is its :meth:`geometry` of X's and W's shapes."""
 
+    source = "conv"
+
     def geometry(self, meta: NodeMeta, x: Sequence[int], w: Sequence[int]) -> Any:
         """THE geometry (an object with ``out_shape``); :raises NodeError: invalid."""
         raise NotImplementedError
@@ -215,8 +225,6 @@ class Conv(_GeometryKernel):
 
     def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
                                outputs: list[Any], workspace: WorkspaceView | None) -> None:
-        from onnx_ep.providers.cuda import runtime
-
         meta = ctx.node
         x, w = inputs[0], inputs[1]
         b = inputs[2] if len(inputs) > 2 else None
@@ -224,33 +232,33 @@ class Conv(_GeometryKernel):
         try:
             g = conv_geometry(meta, x.shape, w.shape, x.dtype)
         except NodeError as e:
-            raise self.fail(meta, e.detail) from None
+            raise self.fail(ctx, e.detail) from None
         if b is not None and tuple(b.shape) != (g.m,):
-            raise self.fail(meta, f"B has shape {tuple(b.shape)}, expected ({g.m},)")
+            raise self.fail(ctx, f"B has shape {tuple(b.shape)}, expected ({g.m},)")
         if y.nbytes == 0:
             return
         layout = _sizes(g)
         ws_ptr = 0
         if layout.nbytes:
             if workspace is None:
-                raise self.fail(meta, f"needs {layout.nbytes} workspace bytes but got none")
+                raise self.fail(ctx, f"needs {layout.nbytes} workspace bytes but got none")
             workspace.require(layout.nbytes)
             ws_ptr = int(workspace.buffer.ptr)
         stream, isz = ctx.stream, g.itemsize
         if g.c * g.kh * g.kw == 0:
-            runtime.memset_d8(y.ptr, 0, y.nbytes, stream)   # an empty sum
+            copies.memset_d8(y.ptr, 0, y.nbytes, stream)   # an empty sum
         beta = 0.0
         if b is not None:
-            fn = function("gemm", "broadcast_rows", y.dtype, y.device)
+            fn = self.function(f"broadcast_rows_{suffix(y.dtype)}", y, source="gemm")
             total = g.n * g.m * g.positions
-            launch(fn, total, [(y.ptr, runtime.PTR), (b.ptr, runtime.PTR),
-                               (total, runtime.I64), (g.m, runtime.I64),
-                               (g.positions, runtime.I64), (1, runtime.I64), (0, runtime.I64)],
-                   stream)
+            if total > 0:
+                self.launch(fn, grid_1d(total), (BLOCK, 1, 1),
+                            [(y.ptr, PTR), (b.ptr, PTR), (total, I64), (g.m, I64),
+                             (g.positions, I64), (1, I64), (0, I64)], stream)
             beta = 1.0
         if g.c * g.kh * g.kw == 0:
             return
-        im2col = None if g.direct else function("conv", "im2col", x.dtype, x.device)
+        im2col = None if g.direct else self.function(f"im2col_{suffix(x.dtype)}", x)
         gemm_ptr = ws_ptr + layout.gemm_offset if layout.gemm_nbytes else 0
         x_image, y_image = g.c * g.h * g.w * isz, g.m * g.positions * isz
         for i in range(g.n):
@@ -259,13 +267,12 @@ class Conv(_GeometryKernel):
                 cols = x_ptr
             else:
                 cols = ws_ptr
-                launch(im2col, g.cols_elements,
-                       [(x_ptr, runtime.PTR), (cols, runtime.PTR), (g.c, runtime.I64),
-                        (g.h, runtime.I64), (g.w, runtime.I64), (g.kh, runtime.I64),
-                        (g.kw, runtime.I64), (g.oh, runtime.I64), (g.ow, runtime.I64),
-                        (g.stride_h, runtime.I64), (g.stride_w, runtime.I64),
-                        (g.pad_h, runtime.I64), (g.pad_w, runtime.I64),
-                        (g.dil_h, runtime.I64), (g.dil_w, runtime.I64)], stream)
+                if g.cols_elements > 0:
+                    self.launch(im2col, grid_1d(g.cols_elements), (BLOCK, 1, 1),
+                                [(x_ptr, PTR), (cols, PTR), (g.c, I64), (g.h, I64), (g.w, I64),
+                                 (g.kh, I64), (g.kw, I64), (g.oh, I64), (g.ow, I64),
+                                 (g.stride_h, I64), (g.stride_w, I64), (g.pad_h, I64),
+                                 (g.pad_w, I64), (g.dil_h, I64), (g.dil_w, I64)], stream)
             blas.run(g.problem, w.ptr, cols, y.ptr + i * y_image, stream, gemm_ptr,
                      layout.gemm_nbytes, beta=beta, ordinal=x.device)
 
@@ -313,20 +320,20 @@ def conv_transpose_geometry(meta: NodeMeta, x: Sequence[int],
 
     :raises NodeError: shapes or attributes the reference rejects.
     """
-    def fail(msg: str) -> NodeError:
+    def invalid(msg: str) -> NodeError:   # plan time too: there is no ctx here
         return NodeError(msg, node=meta.name, op_type=meta.op_type)
 
     x, w = tuple(int(v) for v in x), tuple(int(v) for v in w)
     if not 3 <= len(x) <= 5 or len(w) != len(x):
-        raise fail(f"X {x} and W {w} must have the same rank 3, 4 or 5")
+        raise invalid(f"X {x} and W {w} must have the same rank 3, 4 or 5")
     n, c = x[:2]
     nd = len(x) - 2
     groups = int(meta.attr("group", 1))
     if groups < 1 or c % groups or w[0] != c:
-        raise fail(f"group={groups} must divide C={c} and W {w} must have W[0] == C")
+        raise invalid(f"group={groups} must divide C={c} and W {w} must have W[0] == C")
     kernel = tuple(int(v) for v in (meta.attr("kernel_shape", None) or w[2:]))
     if kernel != w[2:]:
-        raise fail(f"kernel_shape {kernel} differs from W's spatial shape {w[2:]}")
+        raise invalid(f"kernel_shape {kernel} differs from W's spatial shape {w[2:]}")
     strides = _ints(meta, "strides", [1] * nd, nd)
     dil = _ints(meta, "dilations", [1] * nd, nd)
     out_pad = _ints(meta, "output_padding", [0] * nd, nd)
@@ -339,7 +346,7 @@ def conv_transpose_geometry(meta: NodeMeta, x: Sequence[int],
         shape = [int(v) for v in shape]
         shape = shape[2:] if len(shape) == nd + 2 else shape
         if len(shape) != nd:
-            raise fail(f"output_shape {shape} must have {nd} spatial values")
+            raise invalid(f"output_shape {shape} must have {nd} spatial values")
     elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         shape = [i * s for i, s in zip(spatial, strides)]
     if shape is not None:
@@ -353,9 +360,9 @@ def conv_transpose_geometry(meta: NodeMeta, x: Sequence[int],
         out = [f - pads[a] - pads[nd + a] for a, f in enumerate(full)]
         begin = pads[:nd]
         if min(out) < 1:
-            raise fail(f"pads {pads} leave no output from a full result of {full}")
+            raise invalid(f"pads {pads} leave no output from a full result of {full}")
     else:
-        raise fail(f"auto_pad {auto_pad!r} is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID")
+        raise invalid(f"auto_pad {auto_pad!r} is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID")
     lead = 3 - nd
     axes = tuple([(1, 1, 1, 1, 1, 0)] * lead + [
         (spatial[a], out[a], kernel[a], strides[a], dil[a], begin[a]) for a in range(nd)])
@@ -382,25 +389,25 @@ class ConvTranspose(_GeometryKernel):
 
     def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
                                outputs: list[Any], workspace: WorkspaceView | None) -> None:
-        from onnx_ep.providers.cuda import runtime
-
         x, w, y = inputs[0], inputs[1], outputs[0]
         b = inputs[2] if len(inputs) > 2 else None
         try:
             g = conv_transpose_geometry(ctx.node, x.shape, w.shape)
         except NodeError as e:
-            raise self.fail(ctx.node, e.detail) from None
+            raise self.fail(ctx, e.detail) from None
         if tuple(y.shape) != g.out_shape:
-            raise self.fail(ctx.node, f"output Y was planned as {tuple(y.shape)} but X "
-                                      f"{tuple(x.shape)} and W {tuple(w.shape)} give "
-                                      f"{g.out_shape}")
+            raise self.fail(ctx, f"output Y was planned as {tuple(y.shape)} but X "
+                                 f"{tuple(x.shape)} and W {tuple(w.shape)} give "
+                                 f"{g.out_shape}")
         if b is not None and tuple(b.shape) != (g.m,):
-            raise self.fail(ctx.node, f"B has shape {tuple(b.shape)}, expected ({g.m},)")
-        fn = function("conv", "conv_transpose", x.dtype, x.device)
-        args = [(x.ptr, runtime.PTR), (w.ptr, runtime.PTR),
-                (b.ptr if b is not None else 0, runtime.PTR), (y.ptr, runtime.PTR)]
-        args += [(v, runtime.I64) for v in (g.n, g.c, g.m, g.groups, *g.launch_args())]
-        launch(fn, prod(g.out_shape), args, ctx.stream)
+            raise self.fail(ctx, f"B has shape {tuple(b.shape)}, expected ({g.m},)")
+        fn = self.function(f"conv_transpose_{suffix(x.dtype)}", x)
+        args = [(x.ptr, PTR), (w.ptr, PTR),
+                (b.ptr if b is not None else 0, PTR), (y.ptr, PTR)]
+        args += [(v, I64) for v in (g.n, g.c, g.m, g.groups, *g.launch_args())]
+        n = prod(g.out_shape)
+        if n > 0:
+            self.launch(fn, grid_1d(n), (BLOCK, 1, 1), args, ctx.stream)
 
 
 KERNELS: list[Any] = [Conv(), ConvTranspose()]

@@ -20,14 +20,15 @@ from typing import Any
 import attrs
 
 from onnx_ep.core.kernel import NodeMeta, Parity, Support, TensorSpec
-from onnx_ep.providers.cuda.kernels.device_kernel import (
+from onnx_ep.providers.cuda.kernels.base import (
+    BLOCK,
     FLOATS,
     I64,
     PTR,
     CudaKernel,
     contiguous_strides,
     dtype_support,
-    launch,
+    grid_1d,
     prod,
     struct_arg,
     suffix,
@@ -35,7 +36,6 @@ from onnx_ep.providers.cuda.kernels.device_kernel import (
 
 LETTERS = 16
 OPERANDS = 4
-BLOCK = 256
 EINSUM_PARITY = Parity.tolerance(rtol=1e-5, atol=1e-6)
 
 
@@ -183,10 +183,10 @@ class Einsum(CudaKernel):
             return
         ptrs: list[Any] = [x.ptr for x in inputs] + [0] * (OPERANDS - len(inputs))
         n = y.size
-        launch(self.function(f"einsum_{suffix(y.dtype)}", y),
-               (max(1, min(-(-n // BLOCK), 65535 * 32)), 1, 1), (BLOCK, 1, 1),
-               [*((p, PTR) for p in ptrs), (y.ptr, PTR), struct_arg(plan.geo()), (n, I64),
-                (plan.n_sum, I64)], ctx.stream)
+        self.launch(self.function(f"einsum_{suffix(y.dtype)}", y),
+                    grid_1d(n), (BLOCK, 1, 1),
+                    [*((p, PTR) for p in ptrs), (y.ptr, PTR), struct_arg(plan.geo()), (n, I64),
+                     (plan.n_sum, I64)], ctx.stream)
 
 
 KERNELS: list[CudaKernel] = [Einsum("Einsum", since=12)]

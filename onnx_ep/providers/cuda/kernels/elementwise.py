@@ -1,80 +1,78 @@
-"""CUDA elementwise family: unary math and activations, broadcasting binary ops, variadic
-Sum / Mean / Max / Min, Where, Clip.
+"""CUDA elementwise family: unary math, broadcasting binary ops, variadic Sum / Mean / Max /
+Min, Where. The activations (Relu, Gelu, Clip, PRelu, ...) are rows of the same families in
+:mod:`.activation`, on the same ``elementwise.cu``.
 
-One class per family (:class:`Unary`, :class:`Binary`, :class:`Where`), one instance per
-table row; the CUDA bodies are templates in ``elementwise.cu`` named ``<op>_<suffix>``.
-:meth:`bind` parses attributes once and returns a :class:`_Bound` node object that
-caches the broadcast layout per shape tuple on the host; execution only launches.
+One class per family (:class:`Unary`, :class:`Binary`, :class:`Variadic`, :class:`Where`),
+one instance per table row; the CUDA bodies are templates in ``elementwise.cu`` named
+``<op>_<suffix>``. :meth:`bind` parses attributes once and returns a
+:class:`BoundElementwise` node object that caches the broadcast layout per shape tuple on
+the host; execution only launches (:class:`~.base.BoundLaunch`).
 
-Parity (docs/PARITY.md): every row promises ``exact``, with one exception below. Integer,
-bool, comparison, Where, Clip and IEEE basic arithmetic are correctly rounded;
-transcendental functions and activations of float16 / bfloat16 / float32 are evaluated in
-float64 and rounded once, like cpu_reference. float64 inputs of libm functions (Exp, Tanh,
-Pow, ...) are declined: CUDA's float64 libm may differ from numpy's by an ulp, and there is
-no wider type to hide it.
+Parity (docs/PARITY.md): every row promises ``exact`` (the one exception is an activation,
+see :mod:`.activation`). Integer, bool, comparison, Where, Clip and IEEE basic arithmetic
+are correctly rounded; transcendental functions and activations of float16 / bfloat16 /
+float32 are evaluated in float64 and rounded once, like cpu_reference. float64 inputs of
+libm functions (Exp, Tanh, Pow, ...) are declined: CUDA's float64 libm may differ from
+numpy's by an ulp, and there is no wider type to hide it.
 
 NaNs are NaN exactly where the reference's are, but their sign and payload are not
 promised: the reference's depend on the host CPU (numpy's AVX-512 paths return x86's
 default -NaN for ``log(-1)`` or ``arccos(2)`` and may pick either operand's NaN in
 ``NaN + NaN``; glibc returns +NaN). The kernels follow glibc/SSE.
-
-Exception: ``Gelu(approximate="tanh")`` promises :func:`gelu_tanh_parity`, a tolerance.
-The reference's ``0.5 * x * (1 + tanh(u))`` cancels for x << 0 (``tanh(u)`` near -1), so a
-one-ulp difference between CUDA's float64 ``tanh`` and numpy's (glibc's, or numpy's own
-SIMD one on AVX-512 hosts) becomes a large relative difference in a result of ~1e-15
-(measured on the H200 host: float32 results 3.7e6 ulp apart, 4e-16 absolute).
 """
 
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from onnx_ep.core.kernel import (
     ExecutionContext,
     NodeMeta,
-    OpKey,
     Parity,
     Support,
     TensorSpec,
 )
-from onnx_ep.providers.cuda.kernels.device_kernel import (
-    LaunchOnly,
+from onnx_ep.providers.cuda import copies
+from onnx_ep.providers.cuda.kernels.base import (
+    BF16,
+    F64,
+    I64,
+    PTR,
+    BoundLaunch,
+    BoundRow,
+    CudaKernel,
+    attr_str,
     dtype_names,
-    grid_1d,
+    flat_geometry,
+    launch_geometry,
+    prod,
+    suffix,
     types_of,
 )
 
 SOURCE = "elementwise"
 MAX_RANK = 6
-BLOCK = 256
 
-BF16 = np.dtype(ml_dtypes.bfloat16)
 BOOL = np.dtype(np.bool_)
 
 #: numpy dtype -> (symbol suffix, C++ type in the .cu files): the dtypes elementwise.cu
-#: instantiates, rows of device_kernel.TYPES
+#: instantiates, rows of base.TYPES
 DTYPES: dict[np.dtype, tuple[str, str]] = types_of((
     np.float32, np.float16, BF16, np.float64, np.int64, np.int32, np.int16, np.int8,
     np.uint64, np.uint32, np.uint16, np.uint8, BOOL))
 
-F64 = frozenset({np.dtype(np.float64)})
+FLOAT64 = frozenset({np.dtype(np.float64)})
 FLOATS = frozenset(np.dtype(t) for t in (np.float32, np.float16, BF16, np.float64))
-NARROW_FLOATS = FLOATS - F64  # libm functions: float64 declined (see module docstring)
+NARROW_FLOATS = FLOATS - FLOAT64  # libm functions: float64 declined (see module docstring)
 SIGNED_INTS = frozenset(np.dtype(t) for t in (np.int64, np.int32, np.int16, np.int8))
 UNSIGNED_INTS = frozenset(np.dtype(t) for t in (np.uint64, np.uint32, np.uint16, np.uint8))
 INTS = SIGNED_INTS | UNSIGNED_INTS
 NUMERIC = FLOATS | INTS
 ALL = NUMERIC | {BOOL}
-
-
-def suffix(dtype: Any) -> str:
-    """The symbol suffix of ``dtype`` (``float32`` -> ``"f32"``); KeyError for others."""
-    return DTYPES[np.dtype(dtype)][0]
 
 
 # ---------------------------------------------------------------- broadcast layout
@@ -151,175 +149,20 @@ def make_bcast(layout: tuple[int, tuple[int, ...], tuple[tuple[int, ...], ...]])
 # ---------------------------------------------------------------- helpers
 
 
-def _static(spec: TensorSpec | None) -> bool:
-    return spec is not None and spec.is_static
-
-
-def _known(spec: TensorSpec | None) -> bool:
+def known(spec: TensorSpec | None) -> bool:
     """A tensor of known dtype and rank: the kernels read the sizes from the device tensors at
     run time, and the planner sizes the outputs per shape signature (or sends the node to
     the host where it cannot)."""
     return spec is not None
 
 
-def _numel(shape: Sequence[int]) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
-
-
-def _attr_str(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def launch_geometry(n: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-    """Grid and block of the grid-stride loops (at most 65535 * 32 blocks of 256)."""
-    return grid_1d(int(n), BLOCK), (BLOCK, 1, 1)
-
-
-#: flat grids of up to this many blocks launch as they are (under one wave on any recent
-#: GPU); larger ones are capped at one wave of resident blocks
-FLAT_UNCAPPED_BLOCKS = 256
-
-
-def flat_pack(itemsizes: Sequence[int]) -> int:
-    """Elements per 16-byte pack of ep_flat.cuh: 16 bytes of the widest operand."""
-    return 16 // max(itemsizes)
-
-
-def flat_unroll(pack: int) -> int:
-    """Packs per thread per grid step (ep_flat.cuh ``flat_unroll``)."""
-    return 1
-
-
-def flat_geometry(n: int, operands: Sequence[tuple[int, int, bool]], out: tuple[int, int],
-                  wave: Callable[[], int]
-                  ) -> tuple[tuple[int, int, int], tuple[int, int, int]] | None:
-    """Grid and block of the flat path (ep_flat.cuh), or ``None`` when the kernel will not
-    take it because a pointer is not aligned to its pack.
-
-    The same test as the kernel's: it decides the speed, never the result (every path is a
-    grid-stride loop, correct for any grid).
-
-    :param operands: ``(pointer, itemsize, is_scalar)`` per input; a scalar is read once.
-    :param out: ``(pointer, itemsize)`` of the output.
-    :param wave: blocks resident on the device at once; asked only for large grids.
-    """
-    v = flat_pack([size for _, size, _ in operands] + [out[1]])
-    for ptr, size, scalar in (*operands, (*out, False)):
-        if not scalar and int(ptr) % (v * size):
-            return None
-    blocks = max(1, -(-int(n) // (v * flat_unroll(v) * BLOCK)))
-    if blocks > FLAT_UNCAPPED_BLOCKS:
-        blocks = min(blocks, max(FLAT_UNCAPPED_BLOCKS, wave()))
-    return (blocks, 1, 1), (BLOCK, 1, 1)
-
-
-class BoundRow(LaunchOnly):
-    """A family table row whose nodes run through ``self.bind(meta)``.
-
-    The executor runs the bound node; an unbound row is not run by it, and
-    ``execute_with_workspace`` binds on each call only to keep the row a complete Kernel.
-    """
-
-    def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
-                               outputs: list[Any], workspace: Any) -> None:
-        self.bind(ctx.node).execute_with_workspace(  # type: ignore[attr-defined]
-            ctx, inputs, outputs, workspace)
-
-
-class BoundLaunch(LaunchOnly):
-    """A node bound to one compiled symbol of ``kernels/<SOURCE>.cu``: launch only.
-
-    The protocol's bookkeeping that every bound elementwise/cast node shares, and the
-    prebuilt-launch cache: subclasses write :meth:`launch_key`, :meth:`geometry` and
-    :meth:`arguments`. Capture-safe: it never allocates or synchronizes.
-    """
-
-    source = SOURCE
-
-    def __init__(self, row: Any, symbol: str) -> None:
-        self.row = row
-        self.key: OpKey = row.key
-        self.parity: Parity = row.parity
-        self.symbol = symbol
-        self._functions: dict[int, Any] = {}
-        self._waves: dict[int, int] = {}
-        #: prebuilt launches by :meth:`launch_key`
-        self._launches: dict[tuple[Any, ...], Any] = {}
-
-    def __repr__(self) -> str:
-        return f"{type(self.row).__name__}({self.key}, {self.symbol})"
-
-    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec]:
-        return self.row.infer_outputs(meta)
-
-    def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
-                               outputs: list[Any], workspace: Any) -> None:
-        # steady state: one dict lookup and one driver call (a plan's pointers are fixed)
-        y = outputs[0]
-        key = self.launch_key(ctx.stream, inputs, y)
-        rec = self._launches.get(key)
-        if rec is None:
-            rec = self.prepare(ctx.stream, inputs, y, key)
-        rec()
-
-    def launch_key(self, stream: Any, inputs: Sequence[Any], y: Any) -> tuple[Any, ...]:
-        """What fixes the launch writing ``y`` from ``inputs`` on ``stream``."""
-        raise NotImplementedError
-
-    def geometry(self, n: int, inputs: Sequence[Any], y: Any
-                 ) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-        """Grid and block of the launch writing the ``n`` elements of ``y``."""
-        raise NotImplementedError
-
-    def arguments(self, n: int, inputs: Sequence[Any], y: Any) -> list[tuple[Any, Any]]:
-        """The kernel's ``(value, ctypes type)`` arguments (type ``None``: a struct by value)."""
-        raise NotImplementedError
-
-    def prepare(self, stream: Any, inputs: Sequence[Any], y: Any, key: tuple[Any, ...]) -> Any:
-        """Build (and remember under ``key``) the launch writing ``y`` from ``inputs``."""
-        from onnx_ep.providers.cuda import runtime
-
-        n = _numel(y.shape)
-        if n == 0:
-            return runtime.remember(self._launches, key, runtime.no_launch,
-                                    runtime.LAUNCHES_PER_NODE)
-        grid, block = self.geometry(n, inputs, y)
-        args = self.arguments(n, inputs, y)
-        rec = runtime.prepare(self.function(y.device), grid, block, args, stream)
-        return runtime.remember(self._launches, key, rec, runtime.LAUNCHES_PER_NODE)
-
-    def function(self, ordinal: int) -> Any:
-        fn = self._functions.get(ordinal)
-        if fn is None:
-            from onnx_ep.providers.cuda import nvrtc, runtime
-
-            fn = self._functions[ordinal] = nvrtc.get_function(
-                self.source, self.symbol, runtime.get_device(ordinal))
-        return fn
-
-    def wave(self, ordinal: int) -> int:
-        """Blocks of :data:`BLOCK` threads of this symbol resident on device ``ordinal`` at
-        once (SMs x occupancy): a flat grid of this size runs in exactly one wave."""
-        blocks = self._waves.get(ordinal)
-        if blocks is None:
-            from onnx_ep.providers.cuda import runtime
-
-            per_sm = runtime.check(runtime.driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(
-                self.function(ordinal).handle, BLOCK, 0),
-                f"cuOccupancyMaxActiveBlocksPerMultiprocessor({self.symbol})")
-            blocks = self._waves[ordinal] = (max(1, int(per_sm))
-                                             * runtime.get_device(ordinal).multiprocessors)
-        return blocks
-
-
-class _Bound(BoundLaunch):
+class BoundElementwise(BoundLaunch):
     """One node bound to one table row: the symbol, scalar attributes and a layout cache.
 
     Launches only: no allocation, synchronization or host copy (capture-safe).
     """
+
+    source = SOURCE
 
     def __init__(self, row: Any, symbol: str, scalars: tuple[float, ...] = ()) -> None:
         super().__init__(row, symbol)
@@ -350,12 +193,12 @@ class _Bound(BoundLaunch):
     def arguments(self, n: int, inputs: Sequence[Any], y: Any) -> list[tuple[Any, Any]]:
         if self.row.family == "clip":  # (x, lo or null, hi or null, y, n, lo, hi)
             ptrs = [(int(inputs[k].ptr) if k < len(inputs) and inputs[k] is not None else 0,
-                     ctypes.c_void_p) for k in range(3)]
+                     PTR) for k in range(3)]
         else:
-            ptrs = [(int(t.ptr), ctypes.c_void_p) for t in inputs]
-        args: list[tuple[Any, Any]] = [*ptrs, (int(y.ptr), ctypes.c_void_p), (n, ctypes.c_int64)]
+            ptrs = [(int(t.ptr), PTR) for t in inputs]
+        args: list[tuple[Any, Any]] = [*ptrs, (int(y.ptr), PTR), (n, I64)]
         if self.row.family in ("unary", "clip"):
-            args += [(self.scalars[0], ctypes.c_double), (self.scalars[1], ctypes.c_double)]
+            args += [(self.scalars[0], F64), (self.scalars[1], F64)]
         else:
             shapes = tuple(tuple(t.shape) for t in inputs)
             args.append((self.layout(tuple(y.shape), shapes), None))  # struct by value
@@ -405,8 +248,7 @@ class Unary(BoundRow):
     def __init__(self, op_type: str, symbol: str, dtypes: frozenset[np.dtype], *,
                  since: int = 1, attrs: tuple[tuple[str, float], ...] = (),
                  out_bool: bool = False) -> None:
-        self.key = OpKey("", op_type, since)
-        self.parity = Parity.EXACT
+        super().__init__(op_type, since, Parity.EXACT)
         self.symbol = symbol
         self.dtypes = dtypes
         self.attrs = attrs
@@ -416,17 +258,13 @@ class Unary(BoundRow):
         return f"Unary({self.key})"
 
     def supports(self, meta: NodeMeta) -> Support:
-        if len(meta.inputs) != 1 or not _known(meta.inputs[0]):
+        if len(meta.inputs) != 1 or not known(meta.inputs[0]):
             return Support.no("needs one tensor input of known dtype and rank")
         dt = meta.inputs[0].dtype  # type: ignore[union-attr]
         if dt not in self.dtypes:
             why = (" (float64 libm results may differ from numpy's by an ulp)"
-                   if dt in F64 and self.dtypes == NARROW_FLOATS else "")
+                   if dt in FLOAT64 and self.dtypes == NARROW_FLOATS else "")
             return Support.no(f"dtype {dt} not in ({dtype_names(self.dtypes)}){why}")
-        if self.key.op_type == "Gelu":
-            approx = _attr_str(meta.attr("approximate", "none"))
-            if approx not in ("none", "tanh"):
-                return Support.no(f"approximate={approx!r} is not 'none' or 'tanh'")
         return Support.YES
 
     def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec]:
@@ -434,46 +272,15 @@ class Unary(BoundRow):
         assert x is not None
         return [TensorSpec(BOOL if self.out_bool else x.dtype, x.shape)]
 
-    def bind(self, meta: NodeMeta) -> _Bound:
-        symbol = self.symbol
-        if self.key.op_type == "Gelu" and _attr_str(meta.attr("approximate", "none")) == "tanh":
-            symbol = "gelu_tanh"
+    def symbol_for(self, meta: NodeMeta) -> str:
+        """The kernel name of this node without the dtype suffix (attributes may pick it)."""
+        return self.symbol
+
+    def bind(self, meta: NodeMeta) -> BoundElementwise:
         values = [float(meta.attr(name, default)) for name, default in self.attrs]
         values += [0.0] * (2 - len(values))
         dtype = meta.inputs[0].dtype  # type: ignore[union-attr]
-        bound = _Bound(self, f"{symbol}_{suffix(dtype)}", tuple(values))
-        if symbol == "gelu_tanh":
-            bound.parity = gelu_tanh_parity(dtype)
-        return bound
-
-
-
-#: |0.5 * x * (tanh_cuda(u) - tanh_ref(u))| for the |x| < 8 where 1 + tanh(u) is not 0:
-#: 0.5 * 8 * (4 float64 ulps of 1), rounded up
-GELU_TANH_ATOL = 1e-14
-
-
-def gelu_tanh_parity(dtype: Any) -> Parity:
-    """The promise of ``Gelu(approximate="tanh")`` for inputs of ``dtype``.
-
-    Where ``1 + tanh(u)`` does not cancel, both sides round nearly the same float64 to
-    the output type: equal, or one output ulp apart (``rtol`` = the type's ulp of 1, an
-    upper bound of one ulp relative to the value). Where it cancels (x << 0) the float64
-    results differ by up to :data:`GELU_TANH_ATOL` absolute (a few float64 ulps of
-    ``tanh`` near -1, times ``0.5 * |x|``), plus that rounding; float16 also gets its
-    smallest subnormal (2^-24) for results that round to 0 on one side only.
-    """
-    dt = np.dtype(dtype)
-    if dt == np.float16:
-        return Parity.tolerance(2.0 ** -10, GELU_TANH_ATOL + 2.0 ** -24)
-    if dt == BF16:
-        return Parity.tolerance(2.0 ** -7, GELU_TANH_ATOL)
-    return Parity.tolerance(2.0 ** -23, GELU_TANH_ATOL)
-
-
-def f32(value: float) -> float:
-    """An attribute default as ONNX stores it (a float32 widened), as cpu_reference uses it."""
-    return float(np.float32(value))
+        return BoundElementwise(self, f"{self.symbol_for(meta)}_{suffix(dtype)}", tuple(values))
 
 
 _UNARY: list[Unary] = [
@@ -487,28 +294,11 @@ _UNARY: list[Unary] = [
     Unary("Reciprocal", "reciprocal", FLOATS),
     Unary("IsNaN", "isnan", FLOATS, since=9, out_bool=True),
     Unary("Not", "not", frozenset({BOOL})),
-    Unary("Relu", "relu", FLOATS | SIGNED_INTS),
-    Unary("LeakyRelu", "leakyrelu", FLOATS, attrs=(("alpha", f32(0.01)),)),
-    Unary("HardSigmoid", "hardsigmoid", FLOATS, attrs=(("alpha", f32(0.2)), ("beta", 0.5))),
-    Unary("HardSwish", "hardswish", FLOATS, since=14),
-    # libm functions: float64 in, rounded once; float64 inputs declined
-    Unary("Elu", "elu", NARROW_FLOATS, attrs=(("alpha", 1.0),)),
-    Unary("Selu", "selu", NARROW_FLOATS,
-          attrs=(("alpha", f32(1.67326319217681884765625)),
-                 ("gamma", f32(1.05070102214813232421875)))),
-    Unary("Sigmoid", "sigmoid", NARROW_FLOATS),
-    Unary("Softplus", "softplus", NARROW_FLOATS),
-    Unary("Gelu", "gelu", NARROW_FLOATS, since=20),
     Unary("IsInf", "isinf", FLOATS, since=10, out_bool=True,
           attrs=(("detect_positive", 1.0), ("detect_negative", 1.0))),
     Unary("BitwiseNot", "bitwise_not", INTS, since=18),
-    Unary("Softsign", "softsign", FLOATS),
-    Unary("ThresholdedRelu", "thresholdedrelu", FLOATS, since=10, attrs=(("alpha", 1.0),)),
-    Unary("Shrink", "shrink", FLOATS, since=9, attrs=(("lambd", 0.5), ("bias", 0.0))),
-    Unary("Celu", "celu", NARROW_FLOATS, since=12, attrs=(("alpha", 1.0),)),
-    Unary("Mish", "mish", NARROW_FLOATS, since=18),
-    Unary("Swish", "swish", NARROW_FLOATS, since=24, attrs=(("alpha", 1.0),)),
 ] + [
+    # libm functions: float64 in, rounded once; float64 inputs declined
     Unary(op, op.lower(), NARROW_FLOATS, since=since) for op, since in (
         ("Exp", 1), ("Log", 1), ("Sin", 7), ("Cos", 7), ("Tan", 7), ("Asin", 7), ("Acos", 7),
         ("Atan", 7), ("Sinh", 9), ("Cosh", 9), ("Tanh", 1), ("Asinh", 9), ("Acosh", 9),
@@ -529,8 +319,7 @@ class Binary(BoundRow):
 
     def __init__(self, op_type: str, symbol: str, dtypes: frozenset[np.dtype], *,
                  since: int = 1, out_bool: bool = False) -> None:
-        self.key = OpKey("", op_type, since)
-        self.parity = Parity.EXACT
+        super().__init__(op_type, since, Parity.EXACT)
         self.symbol = symbol
         self.dtypes = dtypes
         self.out_bool = out_bool
@@ -542,14 +331,14 @@ class Binary(BoundRow):
         if len(meta.inputs) != 2:
             return Support.no(f"needs two inputs, got {len(meta.inputs)}")
         a, b = meta.inputs
-        if not (_known(a) and _known(b)):
+        if not (known(a) and known(b)):
             return Support.no("needs tensor inputs of known dtype and rank")
         assert a is not None and b is not None
         if a.dtype != b.dtype:
             return Support.no(f"inputs must share one dtype, got {a.dtype} and {b.dtype}")
         if a.dtype not in self.dtypes:
             why = (" (float64 pow may differ from numpy's by an ulp)"
-                   if self.key.op_type == "Pow" and a.dtype in F64 else "")
+                   if self.key.op_type == "Pow" and a.dtype in FLOAT64 else "")
             return Support.no(f"dtype {a.dtype} not in ({dtype_names(self.dtypes)}){why}")
         if meta.opset < 7 and tuple(a.shape) != tuple(b.shape):
             return Support.no(f"legacy broadcast (opset {meta.opset} < 7) of {a.shape} and "
@@ -563,11 +352,11 @@ class Binary(BoundRow):
         assert a is not None and b is not None
         return [TensorSpec(BOOL if self.out_bool else a.dtype, broadcast_shape(a.shape, b.shape))]
 
-    def bind(self, meta: NodeMeta) -> _Bound:
+    def bind(self, meta: NodeMeta) -> BoundElementwise:
         symbol = self.symbol
         if self.key.op_type == "Mod" and int(meta.attr("fmod", 0)) == 1:
             symbol = "fmod"
-        return _Bound(self, f"{symbol}_{suffix(meta.inputs[0].dtype)}")  # type: ignore[union-attr]
+        return BoundElementwise(self, f"{symbol}_{suffix(meta.inputs[0].dtype)}")  # type: ignore[union-attr]
 
 
 def _check_broadcast(*shapes: Sequence[Any]) -> Support:
@@ -594,14 +383,14 @@ class BitShift(Binary):
     count >= the width gives 0 (-1 for a right shift of a negative value)."""
 
     def supports(self, meta: NodeMeta) -> Support:
-        direction = _attr_str(meta.attr("direction", ""))
+        direction = attr_str(meta.attr("direction", ""))
         if direction not in ("LEFT", "RIGHT"):
             return Support.no(f"direction={direction!r} is not 'LEFT' or 'RIGHT'")
         return super().supports(meta)
 
-    def bind(self, meta: NodeMeta) -> _Bound:
-        symbol = "shl" if _attr_str(meta.attr("direction", "")) == "LEFT" else "shr"
-        return _Bound(self, f"{symbol}_{suffix(meta.inputs[0].dtype)}")  # type: ignore[union-attr]
+    def bind(self, meta: NodeMeta) -> BoundElementwise:
+        symbol = "shl" if attr_str(meta.attr("direction", "")) == "LEFT" else "shr"
+        return BoundElementwise(self, f"{symbol}_{suffix(meta.inputs[0].dtype)}")  # type: ignore[union-attr]
 
 
 #: exponent dtypes of Pow with a float base of another dtype (kernels ``pow_<base>_<exp>``)
@@ -617,7 +406,7 @@ class Pow(Binary):
     would change the result."""
 
     def supports(self, meta: NodeMeta) -> Support:
-        if len(meta.inputs) != 2 or not all(_known(s) for s in meta.inputs):
+        if len(meta.inputs) != 2 or not all(known(s) for s in meta.inputs):
             return super().supports(meta)
         a, b = meta.inputs
         assert a is not None and b is not None
@@ -632,30 +421,12 @@ class Pow(Binary):
                               f"{b.shape} is not implemented")
         return _check_broadcast(a.shape, b.shape)
 
-    def bind(self, meta: NodeMeta) -> _Bound:
+    def bind(self, meta: NodeMeta) -> BoundElementwise:
         a, b = meta.inputs
         assert a is not None and b is not None
         if a.dtype != b.dtype:
-            return _Bound(self, f"pow_{suffix(a.dtype)}_{suffix(b.dtype)}")
+            return BoundElementwise(self, f"pow_{suffix(a.dtype)}_{suffix(b.dtype)}")
         return super().bind(meta)
-
-
-class PRelu(Binary):
-    """PRelu: ``slope`` broadcasts to ``x`` without growing it (unidirectional)."""
-
-    def supports(self, meta: NodeMeta) -> Support:
-        verdict = super().supports(meta)
-        if not verdict:
-            return verdict
-        x, slope = meta.inputs
-        assert x is not None and slope is not None
-        if len(slope.shape) > len(x.shape):
-            return Support.no(f"slope rank {len(slope.shape)} exceeds X rank {len(x.shape)}")
-        if _static(x) and _static(slope) and broadcast_shape(x.shape, slope.shape) != tuple(
-                x.shape):
-            return Support.no(f"slope shape {tuple(slope.shape)} must broadcast to X shape "
-                              f"{tuple(x.shape)} without growing it")
-        return Support.YES
 
 
 _BINARY: list[Binary] = [
@@ -669,7 +440,6 @@ _BINARY: list[Binary] = [
     Binary("BitwiseAnd", "bitwise_and", INTS, since=18),
     Binary("BitwiseOr", "bitwise_or", INTS, since=18),
     Binary("BitwiseXor", "bitwise_xor", INTS, since=18),
-    PRelu("PRelu", "prelu", NUMERIC),
     Binary("And", "and", frozenset({BOOL}), out_bool=True),
     Binary("Or", "or", frozenset({BOOL}), out_bool=True),
     Binary("Xor", "xor", frozenset({BOOL}), out_bool=True),
@@ -701,8 +471,7 @@ class Variadic(BoundRow):
 
     def __init__(self, op_type: str, symbol: str, dtypes: frozenset[np.dtype], *,
                  since: int = 1, mean: bool = False) -> None:
-        self.key = OpKey("", op_type, since)
-        self.parity = Parity.EXACT
+        super().__init__(op_type, since, Parity.EXACT)
         self.symbol = symbol
         self.dtypes = dtypes
         self.mean = mean
@@ -715,7 +484,7 @@ class Variadic(BoundRow):
 
     def supports(self, meta: NodeMeta) -> Support:
         specs = meta.inputs
-        if not specs or not all(_known(s) for s in specs):
+        if not specs or not all(known(s) for s in specs):
             return Support.no("needs one or more tensor inputs of known dtype and rank")
         dts = [s.dtype for s in specs]  # type: ignore[union-attr]
         if len(set(dts)) > 1:
@@ -733,25 +502,26 @@ class Variadic(BoundRow):
 
     def bind(self, meta: NodeMeta) -> _BoundVariadic:
         dtype = meta.inputs[0].dtype  # type: ignore[union-attr]
-        pair = _Bound(self.pair, f"{self.symbol}_{suffix(dtype)}")
+        pair = BoundElementwise(self.pair, f"{self.symbol}_{suffix(dtype)}")
         divide = None
         if self.divide is not None:
             # the count as the reference divides by it: np.asarray(n, dtype), widened
             count = float(np.asarray(len(meta.inputs), dtype=dtype).astype(np.float64))
-            divide = _Bound(self.divide, f"div_by_{suffix(dtype)}", (count, 0.0))
+            divide = BoundElementwise(self.divide, f"div_by_{suffix(dtype)}", (count, 0.0))
         return _BoundVariadic(self, pair, divide)
 
 
-class _BoundVariadic(LaunchOnly):
+class _BoundVariadic(CudaKernel):
     """A Variadic node: a chain of launches of one bound binary step (and Mean's division)
     into the output. Launches and device copies only (capture-safe). The planner never
     places an output over a live input, so stepping ``y = y op xk`` in place is safe: each
     element is read and written by the same thread."""
 
-    def __init__(self, row: Variadic, pair: _Bound, divide: _Bound | None) -> None:
+    def __init__(self, row: Variadic, pair: BoundElementwise,
+                 divide: BoundElementwise | None) -> None:
         self.row = row
-        self.key: OpKey = row.key
-        self.parity: Parity = row.parity
+        self.key = row.key
+        self.parity = row.parity
         self.pair = pair
         self.divide = divide
 
@@ -764,15 +534,13 @@ class _BoundVariadic(LaunchOnly):
     def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
                                outputs: list[Any], workspace: Any) -> None:
         y = outputs[0]
-        if _numel(y.shape) == 0:
+        if prod(y.shape) == 0:
             return
         if len(inputs) == 1:
             if self.divide is not None:
                 self.divide.execute_with_workspace(ctx, [inputs[0]], [y], None)
             else:  # one input has the output's shape
-                from onnx_ep.providers.cuda import runtime
-
-                runtime.copy_dtod(int(y.ptr), int(inputs[0].ptr), y.nbytes, ctx.stream)
+                copies.copy_dtod(int(y.ptr), int(inputs[0].ptr), y.nbytes, ctx.stream)
             return
         self.pair.execute_with_workspace(ctx, [inputs[0], inputs[1]], [y], None)
         for x in inputs[2:]:
@@ -798,15 +566,14 @@ class Where(BoundRow):
     family = "where"
 
     def __init__(self, op_type: str = "Where", since: int = 9) -> None:
-        self.key = OpKey("", op_type, since)
-        self.parity = Parity.EXACT
+        super().__init__(op_type, since, Parity.EXACT)
         self.dtypes = ALL
 
     def __repr__(self) -> str:
         return f"Where({self.key})"
 
     def supports(self, meta: NodeMeta) -> Support:
-        if len(meta.inputs) != 3 or not all(_known(s) for s in meta.inputs):
+        if len(meta.inputs) != 3 or not all(known(s) for s in meta.inputs):
             return Support.no("needs three tensor inputs of known dtype and rank")
         c, x, y = meta.inputs
         assert c is not None and x is not None and y is not None
@@ -823,70 +590,9 @@ class Where(BoundRow):
         assert c is not None and x is not None and y is not None
         return [TensorSpec(x.dtype, broadcast_shape(c.shape, x.shape, y.shape))]
 
-    def bind(self, meta: NodeMeta) -> _Bound:
-        return _Bound(self, f"where_{suffix(meta.inputs[1].dtype)}")  # type: ignore[union-attr]
-
-
-# ---------------------------------------------------------------- Clip
-
-
-class Clip(BoundRow):
-    """``min(max(x, lo), hi)``: bounds are attributes ``min``/``max`` before opset 11 and
-    optional scalar inputs of x's dtype from opset 11.
-
-    The input bounds stay on the device: the kernel reads them through their pointers (a
-    null pointer is "no bound"), so nothing is copied to the host and capture is safe.
-    Attribute bounds are rounded to x's dtype on the host at bind, as the reference rounds
-    them. Exact for every dtype: the result is x or a bound (see elementwise.cu).
-    """
-
-    family = "clip"
-
-    def __init__(self, op_type: str = "Clip", since: int = 1) -> None:
-        self.key = OpKey("", op_type, since)
-        self.parity = Parity.EXACT
-        self.dtypes = NUMERIC
-
-    def __repr__(self) -> str:
-        return f"Clip({self.key})"
-
-    def supports(self, meta: NodeMeta) -> Support:
-        if not 1 <= len(meta.inputs) <= 3 or not _known(meta.inputs[0]):
-            return Support.no("needs an input x of known dtype and rank and at most two bounds")
-        x = meta.inputs[0]
-        assert x is not None
-        if x.dtype not in self.dtypes:
-            return Support.no(f"dtype {x.dtype} not in ({dtype_names(self.dtypes)})")
-        if meta.opset < 11:
-            if len(meta.inputs) > 1:
-                return Support.no(f"opset {meta.opset} < 11 takes the bounds as attributes")
-            if x.dtype not in FLOATS:
-                return Support.no(f"dtype {x.dtype} before opset 11 (floats only)")
-            return Support.YES
-        for name, spec in zip(("min", "max"), meta.inputs[1:]):
-            if spec is None:
-                continue
-            if spec.dtype != x.dtype:
-                return Support.no(f"{name} must have x's dtype {x.dtype}, got {spec.dtype}")
-            if not _static(spec) or _numel(spec.shape) != 1:
-                return Support.no(f"{name} must be a scalar of static shape, got {spec.shape}")
-        return Support.YES
-
-    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec]:
-        x = meta.inputs[0]
-        assert x is not None
-        return [TensorSpec(x.dtype, x.shape)]
-
-    def bind(self, meta: NodeMeta) -> _Bound:
-        dtype = meta.inputs[0].dtype  # type: ignore[union-attr]
-        scalars = (-np.inf, np.inf)
-        if meta.opset < 11:
-            with np.errstate(all="ignore"):
-                scalars = tuple(  # type: ignore[assignment]
-                    float(np.asarray(meta.attr(name, default)).astype(dtype).astype(np.float64))
-                    for name, default in (("min", -np.inf), ("max", np.inf)))
-        return _Bound(self, f"clip_{suffix(dtype)}", scalars)
+    def bind(self, meta: NodeMeta) -> BoundElementwise:
+        return BoundElementwise(self, f"where_{suffix(meta.inputs[1].dtype)}")  # type: ignore[union-attr]
 
 
 ROWS: Mapping[str, Any] = {k.key.op_type: k for k in (*_UNARY, *_BINARY, *_VARIADIC)}
-KERNELS: list[Any] = [*_UNARY, *_BINARY, *_VARIADIC, Where(), Clip()]
+KERNELS: list[Any] = [*_UNARY, *_BINARY, *_VARIADIC, Where()]

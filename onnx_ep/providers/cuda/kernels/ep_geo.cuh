@@ -2,7 +2,7 @@
 //
 // struct Geo travels by value as a kernel argument (no device upload, so launches stay
 // capture-safe): up to 8 sizes and strides, in elements, of an iteration space. Python
-// builds it as onnx_ep.providers.cuda.kernels.device_kernel.Geo (same layout).
+// builds it as onnx_ep.providers.cuda.kernels.base.Geo (same layout).
 #pragma once
 
 namespace ep {

@@ -28,9 +28,17 @@ from onnx_ep.core.kernel import (
     WorkspaceView,
 )
 from onnx_ep.errors import NodeError
-from onnx_ep.providers.cuda import blas
-from onnx_ep.providers.cuda.kernels.device_kernel import prod
-from onnx_ep.providers.cuda.kernels.float_base import FloatKernel, function, launch, static_shape
+from onnx_ep.providers.cuda import blas, copies
+from onnx_ep.providers.cuda.kernels.base import (
+    BLOCK,
+    I64,
+    PTR,
+    FloatKernel,
+    grid_1d,
+    prod,
+    static_shape,
+    suffix,
+)
 
 
 def problem_alignment(itemsize: int, strides: Sequence[int] = ()) -> int:
@@ -141,6 +149,8 @@ def _workspace_ptr(workspace: WorkspaceView | None) -> tuple[int, int]:
 class MatMul(FloatKernel):
     """numpy matmul semantics; batches fold into M or run as a strided batch."""
 
+    source = "gemm"
+
     def __init__(self) -> None:
         super().__init__("MatMul", since=1, parities=blas.GEMM_PARITY)
 
@@ -183,16 +193,14 @@ class MatMul(FloatKernel):
 
     def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
                                outputs: list[Any], workspace: WorkspaceView | None) -> None:
-        from onnx_ep.providers.cuda import runtime
-
         a, b = inputs[0], inputs[1]
         y = outputs[0]
         try:
             shape = matmul_shape(a.shape, b.shape, a.dtype)
         except NodeError as e:
-            raise self.fail(ctx.node, e.detail) from None
+            raise self.fail(ctx, e.detail) from None
         if shape.zero_k:
-            runtime.memset_d8(y.ptr, 0, y.nbytes, ctx.stream)
+            copies.memset_d8(y.ptr, 0, y.nbytes, ctx.stream)
         if shape.problem is None:
             return
         ws_ptr, ws_n = _workspace_ptr(workspace)
@@ -202,6 +210,8 @@ class MatMul(FloatKernel):
 
 class Gemm(FloatKernel):
     """Y = alpha * op(A) @ op(B) + beta * C: C goes into Y first, the GEMM adds onto it."""
+
+    source = "gemm"
 
     def __init__(self) -> None:
         super().__init__("Gemm", since=1, parities=blas.GEMM_PARITY)
@@ -254,8 +264,6 @@ class Gemm(FloatKernel):
 
     def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
                                outputs: list[Any], workspace: WorkspaceView | None) -> None:
-        from onnx_ep.providers.cuda import runtime
-
         meta = ctx.node
         a, b = inputs[0], inputs[1]
         c = inputs[2] if len(inputs) > 2 else None
@@ -263,7 +271,7 @@ class Gemm(FloatKernel):
         try:
             p = self._problem(meta, a.shape, b.shape)
         except NodeError as e:
-            raise self.fail(meta, e.detail) from None
+            raise self.fail(ctx, e.detail) from None
         if p.m * p.n == 0:
             return
         alpha = float(meta.attr("alpha", 1.0))
@@ -271,22 +279,21 @@ class Gemm(FloatKernel):
         if c is not None:
             strides = c_broadcast(c.shape, p.m, p.n)
             if strides is None:
-                raise self.fail(meta, f"C of shape {c.shape} does not broadcast to "
-                                      f"({p.m}, {p.n})")
+                raise self.fail(ctx, f"C of shape {c.shape} does not broadcast to "
+                                     f"({p.m}, {p.n})")
             if tuple(c.shape) == (p.m, p.n):
-                runtime.copy_dtod(y.ptr, c.ptr, y.nbytes, ctx.stream)
+                copies.copy_dtod(y.ptr, c.ptr, y.nbytes, ctx.stream)
             else:
-                fn = function("gemm", "broadcast_rows", y.dtype, y.device)
+                fn = self.function(f"broadcast_rows_{suffix(y.dtype)}", y)
                 n = p.m * p.n
-                launch(fn, n, [(y.ptr, runtime.PTR), (c.ptr, runtime.PTR), (n, runtime.I64),
-                               (p.m, runtime.I64), (p.n, runtime.I64),
-                               (strides[0], runtime.I64), (strides[1], runtime.I64)],
-                       ctx.stream)
+                self.launch(fn, grid_1d(n), (BLOCK, 1, 1),
+                            [(y.ptr, PTR), (c.ptr, PTR), (n, I64), (p.m, I64), (p.n, I64),
+                             (strides[0], I64), (strides[1], I64)], ctx.stream)
         if p.k == 0:
             if c is None:
-                runtime.memset_d8(y.ptr, 0, y.nbytes, ctx.stream)
+                copies.memset_d8(y.ptr, 0, y.nbytes, ctx.stream)
                 return
-            raise self.fail(meta, "K == 0 with C is not supported on cuda")
+            raise self.fail(ctx, "K == 0 with C is not supported on cuda")
         ws_ptr, ws_n = _workspace_ptr(workspace)
         blas.run(p, a.ptr, b.ptr, y.ptr, ctx.stream, ws_ptr, ws_n, alpha=alpha, beta=beta,
                  ordinal=a.device)

@@ -20,37 +20,35 @@ training cannot match the reference's generator anyway).
 
 from __future__ import annotations
 
-import ctypes
 from typing import Any
 
 import numpy as np
 
 from onnx_ep.core.kernel import ExecutionContext, NodeMeta, Support, TensorSpec
-from onnx_ep.providers.cuda.kernels.device_kernel import (
+from onnx_ep.providers.cuda import copies
+from onnx_ep.providers.cuda.kernels.base import (
     BF16,
+    BLOCK,
     I32,
     I64,
     MAX_DIMS,
     PTR,
+    U64,
     CudaKernel,
     Geo,
     contiguous_strides,
     grid_1d,
-    launch,
     normalize_axis,
     prod,
     struct_arg,
     suffixes_of,
 )
 
-BLOCK = 256
-U64 = ctypes.c_uint64
-
 #: element sizes of the movement kernels (``pad_x4`` ...)
 SIZES = (1, 2, 4, 8)
 
 #: dtype -> symbol suffix of the typed kernels; ``_SCATTER``/``_SCAN``/``_TOPK`` say which
-#: families instantiate it (rows of device_kernel.TYPES)
+#: families instantiate it (rows of base.TYPES)
 _SUFFIX: dict[np.dtype, str] = suffixes_of(d for d in (
     np.float32, np.float16, np.float64, np.int64, np.int32, np.int16, np.int8, np.uint8,
     np.uint16, np.uint32, np.uint64, np.bool_, BF16) if d is not None)
@@ -125,7 +123,7 @@ class _Indexing(CudaKernel):
     def _launch(self, ctx: ExecutionContext, symbol: str, like: Any, n: int,
                 args: list[tuple[Any, Any]]) -> None:
         """One grid-stride launch of ``symbol`` over ``n`` elements."""
-        launch(self.function(symbol, like), grid_1d(n), (BLOCK, 1, 1), args, ctx.stream)
+        self.launch(self.function(symbol, like), grid_1d(n), (BLOCK, 1, 1), args, ctx.stream)
 
     def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
         x = meta.inputs[0]
@@ -432,11 +430,9 @@ class Dropout(_Indexing):
         return out
 
     def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
-        from onnx_ep.providers.cuda import runtime
-
         x, y = inputs[0], outputs[0]
         if y is not None:
-            runtime.copy_dtod(y.ptr, x.ptr, y.nbytes, ctx.stream)
+            copies.copy_dtod(y.ptr, x.ptr, y.nbytes, ctx.stream)
         mask = outputs[1] if len(outputs) > 1 else None
         if mask is None or mask.size == 0:
             return
@@ -547,14 +543,12 @@ class SpaceDepth(CudaKernel):
         view, perm, _ = plan
         route, w, geo = mv.transpose_plan(view, perm, x.dtype.itemsize, (x.ptr, y.ptr))
         if route == "copy":
-            from onnx_ep.providers.cuda import runtime
-
-            runtime.copy_dtod(y.ptr, x.ptr, y.nbytes, ctx.stream)
+            copies.copy_dtod(y.ptr, x.ptr, y.nbytes, ctx.stream)
         elif route == "tile":
             b, r, c = geo
-            launch(self.function(f"transpose_tile_x{w}", x), mv.tile_grid(b, r, c),
-                   (32, 8, 1), [(x.ptr, PTR), (y.ptr, PTR), (r, I64), (c, I64), (b, I64)],
-                   ctx.stream)
+            self.launch(self.function(f"transpose_tile_x{w}", x), mv.tile_grid(b, r, c),
+                        (32, 8, 1), [(x.ptr, PTR), (y.ptr, PTR), (r, I64), (c, I64), (b, I64)],
+                        ctx.stream)
         else:
             nd = len(geo) // 2
             mv._strided(self, ctx, x, x.ptr, y, w, geo[:nd], geo[nd:])

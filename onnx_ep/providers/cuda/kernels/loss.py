@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from onnx_ep.core.kernel import NodeMeta, Parity, Support, TensorSpec, WorkspaceRequirement
-from onnx_ep.providers.cuda.kernels.device_kernel import (
+from onnx_ep.providers.cuda.kernels.base import (
+    BLOCK,
     FLOATS,
     I32,
     I64,
@@ -30,7 +31,6 @@ from onnx_ep.providers.cuda.kernels.device_kernel import (
     CudaKernel,
     dtype_support,
     grid_1d,
-    launch,
     prod,
     suffix,
 )
@@ -38,7 +38,6 @@ from onnx_ep.providers.cuda.kernels.device_kernel import (
 REDUCTIONS = ("none", "sum", "mean")
 LABELS = frozenset({np.dtype(np.int64), np.dtype(np.int32)})
 SCE_PARITY = Parity.tolerance(rtol=1e-6, atol=1e-7)
-BLOCK = 256
 
 
 def items(x_shape: tuple[int, ...]) -> int:
@@ -133,12 +132,12 @@ class Loss(CudaKernel):
                  (int(ignore is not None), I32)]
         if m > 0:
             name = "sce_terms" if self.softmax else "nll_terms"
-            launch(self.function(f"{name}_{sfx}", x), grid_1d(m, BLOCK), (BLOCK, 1, 1), args,
-                   ctx.stream)
+            self.launch(self.function(f"{name}_{sfx}", x), grid_1d(m, BLOCK), (BLOCK, 1, 1), args,
+                        ctx.stream)
         if reduction != "none":
-            launch(self.function(f"loss_finish_{suffix(x.dtype)}", x), (1, 1, 1), (1, 1, 1),
-                   [(ws, PTR), (ws + 8 * m if ws else 0, PTR), (y.ptr, PTR), (m, I64),
-                    (int(reduction == "mean"), I32)], ctx.stream)
+            self.launch(self.function(f"loss_finish_{suffix(x.dtype)}", x), (1, 1, 1), (1, 1, 1),
+                        [(ws, PTR), (ws + 8 * m if ws else 0, PTR), (y.ptr, PTR), (m, I64),
+                         (int(reduction == "mean"), I32)], ctx.stream)
 
 
 KERNELS: list[CudaKernel] = [

@@ -23,7 +23,9 @@ from typing import Any
 import numpy as np
 
 from onnx_ep.core.kernel import ExecutionContext, NodeMeta, Support, TensorSpec
-from onnx_ep.providers.cuda.kernels.device_kernel import (
+from onnx_ep.providers.cuda import copies
+from onnx_ep.providers.cuda.kernels.base import (
+    BLOCK,
     I32,
     I64,
     MAX_DIMS,
@@ -32,7 +34,6 @@ from onnx_ep.providers.cuda.kernels.device_kernel import (
     Geo,
     contiguous_strides,
     grid_1d,
-    launch,
     normalize_axis,
     prod,
     struct_arg,
@@ -40,7 +41,6 @@ from onnx_ep.providers.cuda.kernels.device_kernel import (
 
 #: element widths (bytes) the kernels are instantiated for
 WIDTHS = (16, 8, 4, 2, 1)
-BLOCK = 256
 
 
 def _movable(spec: TensorSpec | None) -> Support:
@@ -169,8 +169,8 @@ def _strided(k: CudaKernel, ctx: ExecutionContext, x: Any, x_ptr: int, y: Any, w
     if not sizes:
         sizes, strides = [1], [0]
     g = Geo.of(sizes, strides)
-    launch(k.function(_sym("strided_copy", width), x), grid_1d(n), (BLOCK, 1, 1),
-           [(x_ptr, PTR), (y.ptr, PTR), struct_arg(g), (n, I64)], ctx.stream)
+    k.launch(k.function(_sym("strided_copy", width), x), grid_1d(n), (BLOCK, 1, 1),
+             [(x_ptr, PTR), (y.ptr, PTR), struct_arg(g), (n, I64)], ctx.stream)
 
 
 def _block_copy(k: CudaKernel, ctx: ExecutionContext, t: Any, src: int, src_pitch: int,
@@ -180,15 +180,13 @@ def _block_copy(k: CudaKernel, ctx: ExecutionContext, t: Any, src: int, src_pitc
     if rows == 0 or cols == 0:
         return
     if rows == 1 or (src_pitch == cols and dst_pitch == cols):
-        from onnx_ep.providers.cuda import runtime
-
-        runtime.copy_dtod(dst, src, rows * cols * es, ctx.stream)
+        copies.copy_dtod(dst, src, rows * cols * es, ctx.stream)
         return
     w = block_copy_width(es, cols, (src_pitch, dst_pitch), (src, dst))
     f = w // es
-    launch(k.function(_sym("copy2d", w), t), grid_1d(rows * cols // f), (BLOCK, 1, 1),
-           [(src, PTR), (src_pitch // f, I64), (dst, PTR), (dst_pitch // f, I64),
-            (rows, I64), (cols // f, I64)], ctx.stream)
+    k.launch(k.function(_sym("copy2d", w), t), grid_1d(rows * cols // f), (BLOCK, 1, 1),
+             [(src, PTR), (src_pitch // f, I64), (dst, PTR), (dst_pitch // f, I64),
+              (rows, I64), (cols // f, I64)], ctx.stream)
 
 
 class _Movement(CudaKernel):
@@ -230,13 +228,11 @@ class Transpose(_Movement):
         perm = self._perm(ctx.node, x.ndim)
         route, w, geo = transpose_plan(x.shape, perm, x.dtype.itemsize, (x.ptr, y.ptr))
         if route == "copy":
-            from onnx_ep.providers.cuda import runtime
-
-            runtime.copy_dtod(y.ptr, x.ptr, y.nbytes, ctx.stream)
+            copies.copy_dtod(y.ptr, x.ptr, y.nbytes, ctx.stream)
         elif route == "tile":
             b, r, c = geo
-            launch(self.function(_sym("transpose_tile", w), x), tile_grid(b, r, c), (32, 8, 1),
-                   [(x.ptr, PTR), (y.ptr, PTR), (r, I64), (c, I64), (b, I64)], ctx.stream)
+            self.launch(self.function(_sym("transpose_tile", w), x), tile_grid(b, r, c), (32, 8, 1),
+                        [(x.ptr, PTR), (y.ptr, PTR), (r, I64), (c, I64), (b, I64)], ctx.stream)
         else:
             nd = len(geo) // 2
             _strided(self, ctx, x, x.ptr, y, w, geo[:nd], geo[nd:])
@@ -264,9 +260,7 @@ class Tile(_Movement):
         if y.size == 0:
             return
         if x.ndim == 0:
-            from onnx_ep.providers.cuda import runtime
-
-            runtime.copy_dtod(y.ptr, x.ptr, y.nbytes, ctx.stream)
+            copies.copy_dtod(y.ptr, x.ptr, y.nbytes, ctx.stream)
             return
         if x.ndim != y.ndim or any(o % i for i, o in zip(x.shape, y.shape) if i):
             raise self.fail(ctx, f"output shape {y.shape} is not a tiling of {x.shape}")
@@ -286,9 +280,9 @@ class Tile(_Movement):
             w = block_copy_width(es, mi[-1], (), (x.ptr, y.ptr))
             mi[-1] //= w // es
             mo[-1] //= w // es
-        launch(self.function(_sym("tile", w), x), grid_1d(prod(mo)), (BLOCK, 1, 1),
-               [(x.ptr, PTR), (y.ptr, PTR), struct_arg(Geo.of(mo, [0] * len(mo))),
-                struct_arg(Geo.of(mi, contiguous_strides(mi))), (prod(mo), I64)], ctx.stream)
+        self.launch(self.function(_sym("tile", w), x), grid_1d(prod(mo)), (BLOCK, 1, 1),
+                    [(x.ptr, PTR), (y.ptr, PTR), struct_arg(Geo.of(mo, [0] * len(mo))),
+                     struct_arg(Geo.of(mi, contiguous_strides(mi))), (prod(mo), I64)], ctx.stream)
 
 
 def _concat_axis(meta: NodeMeta | Any, rank: int) -> int | None:
@@ -453,11 +447,11 @@ class Slice(_Movement):
         idx64 = int(starts.dtype == np.int64)
         out = Geo.of(y.shape or [1], [0] * max(y.ndim, 1))
         ing = Geo.of(x.shape or [1], contiguous_strides(x.shape) or [1])
-        launch(self.function(_sym("slice", es), x), grid_1d(y.size), (BLOCK, 1, 1),
-               [(x.ptr, PTR), (y.ptr, PTR), struct_arg(out), struct_arg(ing),
-                (starts.ptr, PTR), (axes.ptr if axes is not None else 0, PTR),
-                (steps.ptr if steps is not None else 0, PTR), (k, I32), (idx64, I32),
-                (y.size, I64)], ctx.stream)
+        self.launch(self.function(_sym("slice", es), x), grid_1d(y.size), (BLOCK, 1, 1),
+                    [(x.ptr, PTR), (y.ptr, PTR), struct_arg(out), struct_arg(ing),
+                     (starts.ptr, PTR), (axes.ptr if axes is not None else 0, PTR),
+                     (steps.ptr if steps is not None else 0, PTR), (k, I32), (idx64, I32),
+                     (y.size, I64)], ctx.stream)
 
 
 class Gather(_Movement):
@@ -490,9 +484,9 @@ class Gather(_Movement):
         w = block_copy_width(es, inner, (), (x.ptr, y.ptr))
         f = w // es
         n = outer * idx.size * inner // f
-        launch(self.function(_sym("gather", w), x), grid_1d(n), (BLOCK, 1, 1),
-               [(x.ptr, PTR), (idx.ptr, PTR), (int(idx.dtype == np.int64), I32), (y.ptr, PTR),
-                (outer, I64), (dim, I64), (idx.size, I64), (inner // f, I64)], ctx.stream)
+        self.launch(self.function(_sym("gather", w), x), grid_1d(n), (BLOCK, 1, 1),
+                    [(x.ptr, PTR), (idx.ptr, PTR), (int(idx.dtype == np.int64), I32), (y.ptr, PTR),
+                     (outer, I64), (dim, I64), (idx.size, I64), (inner // f, I64)], ctx.stream)
 
 
 # ---------------------------------------------------------------- views (no launch)

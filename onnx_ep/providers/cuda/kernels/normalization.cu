@@ -6,28 +6,14 @@
 // accumulated in double and rounded once to W (the reference sums in W, in numpy's order:
 // hence the tolerance promises, except Hardmax and inference BatchNormalization, which are
 // exact). Statistics reductions use a fixed tree per block: deterministic, no atomics.
+#include "ep_block.cuh"
 #include "ep_float.cuh"
 #include "ep_geo.cuh"
 
 using namespace ep;
 
-#define EP_BLOCK 256
-
 template <class T> struct Work { typedef float type; };
 template <> struct Work<double> { typedef double type; };
-
-__device__ __forceinline__ double block_sum(double v, double* sh) {
-    int t = threadIdx.x;
-    sh[t] = v;
-    __syncthreads();
-    for (int s = blockDim.x >> 1; s > 0; s >>= 1) {
-        if (t < s) sh[t] = sh[t] + sh[t + s];
-        __syncthreads();
-    }
-    double r = sh[0];
-    __syncthreads();
-    return r;
-}
 
 // ------------------------------------------------------------------ Hardmax
 // one thread per (outer, inner): 1 at the first maximum along the axis (np.argmax: the
@@ -97,13 +83,13 @@ __device__ void group_norm(const T* __restrict__ x, const T* __restrict__ scale,
         const long long g = row % groups;
         double acc = 0.0;
         for (long long j = threadIdx.x; j < len; j += blockDim.x) acc += to_f64(xr[j]);
-        const W mean = round_from64<W>(block_sum(acc, red) / count);
+        const W mean = round_from64<W>(block_reduce<SumOp>(acc, red) / count);
         acc = 0.0;
         for (long long j = threadIdx.x; j < len; j += blockDim.x) {
             W d = (W)to_f64(xr[j]) - mean;
             acc += (double)(d * d);
         }
-        const W var = round_from64<W>(block_sum(acc, red) / count);
+        const W var = round_from64<W>(block_reduce<SumOp>(acc, red) / count);
         const W den = sqrt(var + (W)eps);
         for (long long j = threadIdx.x; j < len; j += blockDim.x) {
             long long c = per_group ? g : g * cpr + j / spatial;
@@ -139,14 +125,14 @@ __device__ void batch_norm(const T* __restrict__ x, const T* __restrict__ scale,
                 long long n = j / spatial, s = j - n * spatial;
                 acc += to_f64(x[(n * C + c) * spatial + s]);
             }
-            mean = round_from64<W>(block_sum(acc, red) / count);
+            mean = round_from64<W>(block_reduce<SumOp>(acc, red) / count);
             acc = 0.0;
             for (long long j = threadIdx.x; j < len; j += blockDim.x) {
                 long long n = j / spatial, s = j - n * spatial;
                 W d = (W)to_f64(x[(n * C + c) * spatial + s]) - mean;
                 acc += (double)(d * d);
             }
-            var = round_from64<W>(block_sum(acc, red) / count);
+            var = round_from64<W>(block_reduce<SumOp>(acc, red) / count);
             if (threadIdx.x == 0) {
                 const W mom = (W)momentum;
                 const W rest = (W)1 - mom;

@@ -18,12 +18,12 @@ per row/channel with a fixed reduction tree: deterministic, no atomics.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from typing import Any
 
 from onnx_ep.core.kernel import NodeMeta, Parity, Support, TensorSpec
-from onnx_ep.providers.cuda.kernels.device_kernel import (
+from onnx_ep.providers.cuda.kernels.base import (
+    BLOCK,
     F64,
     FLOATS,
     I32,
@@ -32,14 +32,12 @@ from onnx_ep.providers.cuda.kernels.device_kernel import (
     CudaKernel,
     dtype_support,
     grid_1d,
-    launch,
     normalize_axis,
     prod,
     suffix,
 )
 from onnx_ep.providers.cuda.kernels.softmax import NORM_PARITY, softmax_geometry
 
-BLOCK = 256
 MAX_GRID = 65535 * 32
 
 
@@ -84,9 +82,9 @@ class _SameShape(CudaKernel):
     def _launch_rows(self, ctx: Any, prefix: str, x: Any, y: Any, outer: int, dim: int,
                      inner: int, extra: Sequence[tuple[Any, Any]] = ()) -> None:
         """One thread per (outer, inner) row of ``dim`` values, x to y."""
-        launch(self.function(f"{prefix}_{suffix(x.dtype)}", x), grid_1d(outer * inner, BLOCK),
-               (BLOCK, 1, 1), [(x.ptr, PTR), (y.ptr, PTR), (outer, I64), (dim, I64),
-                               (inner, I64), *extra], ctx.stream)
+        self.launch(self.function(f"{prefix}_{suffix(x.dtype)}", x), grid_1d(outer * inner, BLOCK),
+                    (BLOCK, 1, 1), [(x.ptr, PTR), (y.ptr, PTR), (outer, I64), (dim, I64),
+                                    (inner, I64), *extra], ctx.stream)
 
 
 def _axis_support(meta: NodeMeta, a: int | None) -> Support:
@@ -182,12 +180,12 @@ class GroupNorm(_SameShape):
             raise self.fail(ctx, f"scale and bias must have {per} elements, got "
                                  f"{scale.size} and {bias.size}")
         rows = n * groups
-        launch(self.function(f"group_norm_{suffix(x.dtype)}", x),
-               (max(1, min(rows, MAX_GRID)), 1, 1), (BLOCK, 1, 1),
-               [(x.ptr, PTR), (scale.ptr, PTR), (bias.ptr, PTR), (y.ptr, PTR), (rows, I64),
-                (c // groups * spatial, I64), (groups, I64), (c // groups, I64),
-                (spatial, I64), (int(per_group), I32),
-                (float(ctx.node.attr("epsilon", 1e-5)), F64)], ctx.stream)
+        self.launch(self.function(f"group_norm_{suffix(x.dtype)}", x),
+                    (max(1, min(rows, MAX_GRID)), 1, 1), (BLOCK, 1, 1),
+                    [(x.ptr, PTR), (scale.ptr, PTR), (bias.ptr, PTR), (y.ptr, PTR), (rows, I64),
+                     (c // groups * spatial, I64), (groups, I64), (c // groups, I64),
+                     (spatial, I64), (int(per_group), I32),
+                     (float(ctx.node.attr("epsilon", 1e-5)), F64)], ctx.stream)
 
 
 class BatchNormalization(CudaKernel):
@@ -201,10 +199,9 @@ class BatchNormalization(CudaKernel):
         return meta.opset >= 14 and bool(meta.attr("training_mode", 0))
 
     def bind(self, meta: NodeMeta) -> CudaKernel:
-        bound = copy.copy(self)
-        x = meta.inputs[0] if meta.inputs else None
-        bound.parity = (self.parity_for(x.dtype if x is not None else None)
-                        if self.training(meta) else Parity.EXACT)
+        bound = super().bind(meta)
+        if not self.training(meta):
+            bound.parity = Parity.EXACT
         return bound
 
     def supports(self, meta: NodeMeta) -> Support:
@@ -239,15 +236,15 @@ class BatchNormalization(CudaKernel):
         for name, t in (("scale", scale), ("B", bias), ("mean", mean), ("var", var)):
             if t.size != c:
                 raise self.fail(ctx, f"{name} has {t.size} elements, expected C={c}")
-        launch(self.function(f"batch_norm_{suffix(x.dtype)}", x),
-               (max(1, min(c, MAX_GRID)), 1, 1), (BLOCK, 1, 1),
-               [(x.ptr, PTR), (scale.ptr, PTR), (bias.ptr, PTR), (mean.ptr, PTR),
-                (var.ptr, PTR), (y.ptr, PTR),
-                (mean_out.ptr if mean_out is not None else 0, PTR),
-                (var_out.ptr if var_out is not None else 0, PTR), (n, I64), (c, I64),
-                (prod(x.shape[2:]), I64), (float(ctx.node.attr("epsilon", 1e-5)), F64),
-                (int(self.training(ctx.node)), I32),
-                (float(ctx.node.attr("momentum", 0.9)), F64)], ctx.stream)
+        self.launch(self.function(f"batch_norm_{suffix(x.dtype)}", x),
+                    (max(1, min(c, MAX_GRID)), 1, 1), (BLOCK, 1, 1),
+                    [(x.ptr, PTR), (scale.ptr, PTR), (bias.ptr, PTR), (mean.ptr, PTR),
+                     (var.ptr, PTR), (y.ptr, PTR),
+                     (mean_out.ptr if mean_out is not None else 0, PTR),
+                     (var_out.ptr if var_out is not None else 0, PTR), (n, I64), (c, I64),
+                     (prod(x.shape[2:]), I64), (float(ctx.node.attr("epsilon", 1e-5)), F64),
+                     (int(self.training(ctx.node)), I32),
+                     (float(ctx.node.attr("momentum", 0.9)), F64)], ctx.stream)
 
 
 KERNELS: list[CudaKernel] = [

@@ -1,7 +1,7 @@
 """MaxPool, AveragePool, LpPool, GlobalAveragePool, GlobalMaxPool (pool.cu), float32/float16/
 bfloat16.
 
-Windows come from cpu_reference's ``window_geometry`` (pads, auto_pad, ceil_mode,
+Windows come from ``providers/shared/windows.window_geometry`` (pads, auto_pad, ceil_mode,
 dilations), so both providers agree on every output size; 1-D and 2-D inputs run
 as 3-D with leading unit axes. One thread per output element.
 
@@ -20,7 +20,6 @@ device output from onnx's shape: where the two sizes differ, the node is decline
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,9 +34,19 @@ from onnx_ep.core.kernel import (
     WorkspaceView,
 )
 from onnx_ep.errors import NodeError
-from onnx_ep.providers.cpu_reference.windows import window_geometry
-from onnx_ep.providers.cuda.kernels.device_kernel import prod
-from onnx_ep.providers.cuda.kernels.float_base import FloatKernel, function, launch, static_shape
+from onnx_ep.providers.shared.windows import window_geometry
+from onnx_ep.providers.cuda.kernels.base import (
+    BLOCK,
+    F64,
+    I32,
+    I64,
+    PTR,
+    FloatKernel,
+    grid_1d,
+    prod,
+    static_shape,
+    suffix,
+)
 
 #: GlobalAveragePool: float32 sums in another order than numpy's, rounded once to the dtype
 GLOBAL_AVERAGE_PARITY: dict[str, Parity] = {
@@ -123,6 +132,7 @@ def ceil_mode_may_drop_a_window(meta: NodeMeta) -> bool:
 
 
 class _WindowPool(FloatKernel):
+    source = "pool"
     mode = MODE_MAX
 
     def check(self, meta: NodeMeta) -> Support:
@@ -167,29 +177,26 @@ class _WindowPool(FloatKernel):
         return self.mode
 
     def last_argument(self, meta: NodeMeta) -> tuple[Any, Any]:
-        from onnx_ep.providers.cuda import runtime
-
-        return (self.node_mode(meta), runtime.I32)
+        return (self.node_mode(meta), I32)
 
     def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
                                outputs: list[Any], workspace: WorkspaceView | None) -> None:
-        from onnx_ep.providers.cuda import runtime
-
         x, y = inputs[0], outputs[0]
         try:
             g = pool_geometry(ctx.node, x.shape)
         except NodeError as e:
-            raise self.fail(ctx.node, e.detail) from None
+            raise self.fail(ctx, e.detail) from None
         if tuple(y.shape) != g.out_shape:
             # the plan sized Y (onnx shape inference); never write a differently shaped result
-            raise self.fail(ctx.node, f"output Y was planned as {tuple(y.shape)} but the "
-                                      f"windows on X {tuple(x.shape)} give {g.out_shape}")
+            raise self.fail(ctx, f"output Y was planned as {tuple(y.shape)} but the "
+                                 f"windows on X {tuple(x.shape)} give {g.out_shape}")
         n = prod(g.out_shape)
-        fn = function("pool", self.symbol, x.dtype, x.device)
-        args = [(x.ptr, runtime.PTR), (y.ptr, runtime.PTR), (g.planes, runtime.I64)]
-        args += [(v, runtime.I64) for v in g.launch_args()]
+        fn = self.function(f"{self.symbol}_{suffix(x.dtype)}", x)
+        args = [(x.ptr, PTR), (y.ptr, PTR), (g.planes, I64)]
+        args += [(v, I64) for v in g.launch_args()]
         args.append(self.last_argument(ctx.node))
-        launch(fn, n, args, ctx.stream)
+        if n > 0:
+            self.launch(fn, grid_1d(n), (BLOCK, 1, 1), args, ctx.stream)
 
 
 class MaxPool(_WindowPool):
@@ -219,6 +226,8 @@ class AveragePool(_WindowPool):
 class GlobalPool(FloatKernel):
     """GlobalMaxPool (exact) / GlobalAveragePool (float32 tree sum): one block per plane."""
 
+    source = "pool"
+
     def __init__(self, op_type: str, mode: int) -> None:
         super().__init__(op_type, since=1,
                          parities=GLOBAL_AVERAGE_PARITY if mode == MODE_AVERAGE else None)
@@ -238,21 +247,18 @@ class GlobalPool(FloatKernel):
 
     def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
                                outputs: list[Any], workspace: WorkspaceView | None) -> None:
-        from onnx_ep.providers.cuda import runtime
-
         x, y = inputs[0], outputs[0]
         if len(x.shape) < 3:
-            raise self.fail(ctx.node, f"X must have rank >= 3, got shape {tuple(x.shape)}")
+            raise self.fail(ctx, f"X must have rank >= 3, got shape {tuple(x.shape)}")
         planes, size = prod(x.shape[:2]), prod(x.shape[2:])
         if planes == 0:
             return
         if size == 0:
-            raise self.fail(ctx.node, f"X {tuple(x.shape)} has no spatial elements to pool")
-        fn = function("pool", "global_pool", x.dtype, x.device)
-        grid = (min(planes, 65535 * 32), 1, 1)
-        launch(fn, planes, [(x.ptr, runtime.PTR), (y.ptr, runtime.PTR),
-                            (planes, runtime.I64), (size, runtime.I64),
-                            (self.mode, runtime.I32)], ctx.stream, grid=grid)
+            raise self.fail(ctx, f"X {tuple(x.shape)} has no spatial elements to pool")
+        fn = self.function(f"global_pool_{suffix(x.dtype)}", x)
+        self.launch(fn, (min(planes, 65535 * 32), 1, 1), (BLOCK, 1, 1),
+                    [(x.ptr, PTR), (y.ptr, PTR), (planes, I64), (size, I64), (self.mode, I32)],
+                    ctx.stream)
 
 
 class LpPool(_WindowPool):
@@ -265,14 +271,12 @@ class LpPool(_WindowPool):
         super().__init__("LpPool", since=1)
 
     def bind(self, meta: NodeMeta) -> LpPool:
-        bound = copy.copy(self)
+        bound = super().bind(meta)
         bound.parity = Parity.EXACT if float(meta.attr("p", 2)) in (1.0, 2.0) else Parity.ulp(1)
         return bound
 
     def last_argument(self, meta: NodeMeta) -> tuple[Any, Any]:
-        from onnx_ep.providers.cuda import runtime
-
-        return (float(meta.attr("p", 2)), runtime.F64)
+        return (float(meta.attr("p", 2)), F64)
 
 
 KERNELS: list[Any] = [

@@ -24,18 +24,19 @@ from onnx_ep.core.kernel import (
     TensorSpec,
     WorkspaceRequirement,
 )
-from onnx_ep.providers.cuda.kernels.device_kernel import (
+from onnx_ep.providers.cuda.kernels.base import (
+    BLOCK,
+    I32,
     I64,
     PTR,
     CudaKernel,
     dtype_names,
-    launch,
+    launch_geometry,
     normalize_axis,
     prod,
     struct_arg,
     suffixes_of,
 )
-from onnx_ep.providers.cuda.kernels.elementwise import launch_geometry
 
 SOURCE = "quantize"
 
@@ -44,7 +45,7 @@ def _dt(t: Any) -> np.dtype:
     return np.dtype(t)
 
 
-#: quantized types -> symbol suffix (this and the tables below: rows of device_kernel.TYPES)
+#: quantized types -> symbol suffix (this and the tables below: rows of base.TYPES)
 QUANTIZED: dict[np.dtype, str] = suffixes_of((
     np.int8, np.uint8, np.int16, np.uint16, ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.int2,
     ml_dtypes.uint2, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2,
@@ -174,10 +175,10 @@ class _Quant(CudaKernel):
             return
         grid, block = launch_geometry(g.n)
         args = [(int(x.ptr), PTR), (int(scale.ptr), PTR),
-                (SCALES[np.dtype(scale.dtype)], ctypes.c_int),
+                (SCALES[np.dtype(scale.dtype)], I32),
                 (int(zp.ptr) if zp is not None else 0, PTR), (int(y.ptr), PTR),
                 struct_arg(g), *extra]
-        launch(self.function(symbol, y), grid, block, args, ctx.stream)
+        self.launch(self.function(symbol, y), grid, block, args, ctx.stream)
 
 
 class QuantizeLinear(_Quant):
@@ -210,7 +211,7 @@ class QuantizeLinear(_Quant):
     def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
         saturate = int(bool(int(ctx.node.attr("saturate", 1))))
         self._launch(ctx, inputs, outputs, "quantize", QUANTIZABLE, QUANTIZED,
-                     [(saturate, ctypes.c_int)])
+                     [(saturate, I32)])
 
 
 class DequantizeLinear(_Quant):
@@ -274,15 +275,15 @@ class DynamicQuantizeLinear(CudaKernel):
         workspace.require(self.WORKSPACE)
         zp_f = int(workspace.buffer.ptr)
         n = prod(x.shape)
-        launch(self.function("dql_range", y), (1, 1, 1), (256, 1, 1),
-               [(int(x.ptr), PTR), (n, I64), (int(scale.ptr), PTR), (int(zp.ptr), PTR),
-                (zp_f, PTR)], ctx.stream)
+        self.launch(self.function("dql_range", y), (1, 1, 1), (BLOCK, 1, 1),
+                    [(int(x.ptr), PTR), (n, I64), (int(scale.ptr), PTR), (int(zp.ptr), PTR),
+                     (zp_f, PTR)], ctx.stream)
         if n == 0:
             return
         grid, block = launch_geometry(n)
-        launch(self.function("dql_apply", y), grid, block,
-               [(int(x.ptr), PTR), (int(scale.ptr), PTR), (zp_f, PTR), (int(y.ptr), PTR),
-                (n, I64)], ctx.stream)
+        self.launch(self.function("dql_apply", y), grid, block,
+                    [(int(x.ptr), PTR), (int(scale.ptr), PTR), (zp_f, PTR), (int(y.ptr), PTR),
+                     (n, I64)], ctx.stream)
 
 
 KERNELS: list[CudaKernel] = [

@@ -12,12 +12,11 @@
 // select and are exact; NaN propagates (Max/Min) or wins (ArgMax/ArgMin, first NaN, or
 // last with select_last_index). Integer Sum / Prod / SumSquare / L1 wrap in two's
 // complement like the reference; integer Mean truncates toward zero.
+#include "ep_block.cuh"
 #include "ep_float.cuh"
 #include "ep_geo.cuh"
 
 using namespace ep;
-
-#define EP_BLOCK 256
 
 // ------------------------------------------------------------------ types
 template <class T> struct Sel { typedef T type; };       // selections compare in ...
@@ -26,10 +25,6 @@ template <> struct Sel<bf16> { typedef float type; };
 template <class T> struct UInt { typedef T type; };      // integer sums wrap unsigned
 template <> struct UInt<int> { typedef unsigned int type; };
 template <> struct UInt<long long> { typedef unsigned long long type; };
-
-template <class A> __device__ __forceinline__ bool is_nan(A) { return false; }
-__device__ __forceinline__ bool is_nan(float v) { return isnan(v); }
-__device__ __forceinline__ bool is_nan(double v) { return isnan(v); }
 
 __device__ __forceinline__ float sel_load(f16 x) { return to_f32(x); }
 __device__ __forceinline__ float sel_load(bf16 x) { return to_f32(x); }
@@ -107,13 +102,8 @@ template <class T, bool MAX> struct SelExt {
     static constexpr bool SHIFT = false;
     static __device__ Acc init() { return MAX ? lowest<Acc>() : highest<Acc>(); }
     static __device__ Acc load(T x, double) { return sel_load(x); }
-    // NaN propagates; which of several NaNs survives is unspecified (payloads differ only
-    // for inputs holding NaNs of different payloads in one set)
-    static __device__ Acc comb(Acc a, Acc b) {
-        if (is_nan(a)) return a;
-        if (is_nan(b)) return b;
-        return (MAX ? b > a : b < a) ? b : a;
-    }
+    // NaN propagates (ep_block.cuh)
+    static __device__ Acc comb(Acc a, Acc b) { return nan_extreme<MAX>(a, b); }
     static __device__ T fin(Acc a, long long, double) { return sel_store<T>(a); }
 };
 template <class T> struct FMax : SelExt<T, true> {};
@@ -151,20 +141,6 @@ template <class T> struct IMean : ISum<T> {
 template <class T> struct ShiftMax : SelExt<T, true> {};
 
 // ------------------------------------------------------------------ block tree
-template <class Op, class A>
-__device__ __forceinline__ A block_reduce(A v, A* sh) {
-    int t = threadIdx.x;
-    sh[t] = v;
-    __syncthreads();
-    for (int s = blockDim.x >> 1; s > 0; s >>= 1) {
-        if (t < s) sh[t] = Op::comb(sh[t], sh[t + s]);
-        __syncthreads();
-    }
-    A r = sh[0];
-    __syncthreads();
-    return r;
-}
-
 // One block per output element o (blockDim a power of two <= 256). ``kept`` maps o to the
 // offset of its first input element, ``red`` maps r in [0, nred) to the offset within.
 template <class T, class Op>

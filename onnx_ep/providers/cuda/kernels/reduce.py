@@ -5,7 +5,7 @@ Deterministic: one block per output (a 32x8 block's column for the ``[outer, R,
 inner]`` layout), a fixed per-thread fold then a shared-memory tree, no atomics.
 Float sums accumulate in double and round once, so they stay within the reference's
 own tolerance (``rtol=1e-5, atol=1e-6``; float16/bfloat16 outputs: one output ulp
-more, see :func:`~.device_kernel.narrow_tolerance`). Max, Min, ArgMax, ArgMin are exact.
+more, see :func:`~.base.narrow_tolerance`). Max, Min, ArgMax, ArgMin are exact.
 
 Axes: the ``axes`` attribute (opsets before 13 for ReduceSum, 18 for the others) is read
 on the host. Where ``axes`` is an input it lives on the device; the kernel then derives
@@ -24,7 +24,9 @@ from typing import Any
 import numpy as np
 
 from onnx_ep.core.kernel import NodeMeta, Parity, Support, TensorSpec
-from onnx_ep.providers.cuda.kernels.device_kernel import (
+from onnx_ep.providers.cuda import copies
+from onnx_ep.providers.cuda.kernels.base import (
+    BLOCK,
     FLOATS,
     I32,
     I64,
@@ -33,9 +35,10 @@ from onnx_ep.providers.cuda.kernels.device_kernel import (
     PTR,
     CudaKernel,
     Geo,
+    block_for,
     contiguous_strides,
     dtype_support,
-    launch,
+    grid_1d,
     normalize_axis,
     prod,
     struct_arg,
@@ -47,16 +50,7 @@ SUM_PARITY = Parity.tolerance(rtol=1e-5, atol=1e-6)
 #: reductions that are the identity on a single element (safe when size-1 dims reduce)
 _IDENTITY_ON_ONE = frozenset({"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin",
                               "ReduceProd"})
-MAX_BLOCK = 256
 MAX_GRID = 1 << 20
-
-
-def block_for(n: int) -> int:
-    """Threads per block for reducing ``n`` elements: a power of two in [32, 256]."""
-    b = 32
-    while b < n and b < MAX_BLOCK:
-        b *= 2
-    return b
 
 
 def axes_input_since(op_type: str) -> int:
@@ -190,9 +184,7 @@ class Reduce(CudaKernel):
                 raise self.fail(ctx, f"axes {node.attr('axes')} are out of range or repeated")
             if not axes:
                 if node.attr("noop_with_empty_axes", 0):
-                    from onnx_ep.providers.cuda import runtime
-
-                    runtime.copy_dtod(y.ptr, x.ptr, y.nbytes, ctx.stream)
+                    copies.copy_dtod(y.ptr, x.ptr, y.nbytes, ctx.stream)
                     return
                 axes = list(range(x.ndim))
         sfx = suffix(x.dtype)
@@ -200,9 +192,9 @@ class Reduce(CudaKernel):
         if route == "cols":
             outer, r, inner = geo
             grid = (-(-inner // 32), min(outer, 65535), 1)
-            launch(self.function(f"reduce_cols_{self.name}_{sfx}", x), grid, (32, 8, 1),
-                   [(x.ptr, PTR), (y.ptr, PTR), (outer, I64), (r, I64), (inner, I64)],
-                   ctx.stream)
+            self.launch(self.function(f"reduce_cols_{self.name}_{sfx}", x), grid, (32, 8, 1),
+                        [(x.ptr, PTR), (y.ptr, PTR), (outer, I64), (r, I64), (inner, I64)],
+                        ctx.stream)
             return
         ks, kst, rs, rst = geo
         nred = prod(rs)
@@ -213,10 +205,10 @@ class Reduce(CudaKernel):
         n_out = y.size
         kept = Geo.of(ks or [1], kst or [0])
         red = Geo.of(rs or [1], rst or [0])
-        launch(self.function(f"reduce_{self.name}_{sfx}", x), (min(n_out, MAX_GRID), 1, 1),
-               (block_for(nred), 1, 1),
-               [(x.ptr, PTR), (y.ptr, PTR), struct_arg(kept), struct_arg(red),
-                (nred, I64), (n_out, I64)], ctx.stream)
+        self.launch(self.function(f"reduce_{self.name}_{sfx}", x), (min(n_out, MAX_GRID), 1, 1),
+                    (block_for(nred), 1, 1),
+                    [(x.ptr, PTR), (y.ptr, PTR), struct_arg(kept), struct_arg(red),
+                     (nred, I64), (n_out, I64)], ctx.stream)
 
 
 class ArgExtreme(CudaKernel):
@@ -259,16 +251,16 @@ class ArgExtreme(CudaKernel):
         last = int(bool(ctx.node.attr("select_last_index", 0)))
         sfx = suffix(x.dtype)
         if inner == 1:
-            launch(self.function(f"{self.name}_rows_{sfx}", x), (min(outer, MAX_GRID), 1, 1),
-                   (block_for(dim), 1, 1),
-                   [(x.ptr, PTR), (y.ptr, PTR), (outer, I64), (dim, I64), (last, I32)],
-                   ctx.stream)
+            self.launch(self.function(f"{self.name}_rows_{sfx}", x), (min(outer, MAX_GRID), 1, 1),
+                        (block_for(dim), 1, 1),
+                        [(x.ptr, PTR), (y.ptr, PTR), (outer, I64), (dim, I64), (last, I32)],
+                        ctx.stream)
         else:
             n = outer * inner
-            launch(self.function(f"{self.name}_cols_{sfx}", x),
-                   (max(1, min(-(-n // 256), MAX_GRID)), 1, 1), (256, 1, 1),
-                   [(x.ptr, PTR), (y.ptr, PTR), (outer, I64), (dim, I64), (inner, I64),
-                    (last, I32)], ctx.stream)
+            self.launch(self.function(f"{self.name}_cols_{sfx}", x),
+                        grid_1d(n, BLOCK, MAX_GRID), (BLOCK, 1, 1),
+                        [(x.ptr, PTR), (y.ptr, PTR), (outer, I64), (dim, I64), (inner, I64),
+                         (last, I32)], ctx.stream)
 
 
 _TABLE = [

@@ -3,7 +3,7 @@
 // AffineGrid and Col2Im. One thread per output element, int64 indexing,
 // grid-stride loops, 256 threads per block.
 //
-// Parity with cpu_reference (resize.py, grid.py): the same float64 operations in the same
+// Parity with cpu_reference (its resize.py): the same float64 operations in the same
 // order (this file is compiled with --fmad=false), so the bytes match:
 // - Resize interpolates axis by axis in ascending axis order in float64, so an output is
 //   sum_k w_k(a_last) * (... sum_j w_j(a_first) * x ...): the innermost sum runs over the
@@ -16,7 +16,7 @@
 // - Scales, sizes and roi are read on the device (never copied to the host): the output
 //   shape comes from the plan, the coordinates need the actual scale values.
 // - GridSample: coordinates, weights (products in dim order) and the tap accumulation
-//   (out += w * v in itertools.product order, from 0.0) as grid.py does, rounded once.
+//   (out += w * v in itertools.product order, from 0.0) as cpu_reference does, rounded once.
 #include "ep_float.cuh"
 
 using namespace ep;
@@ -533,7 +533,7 @@ EP_CROP(8, unsigned long long)
 
 // ------------------------------------------------------------------ AffineGrid
 // Y (N, *spatial, nd): y[n, p, i] = sum_j theta[n, i, j] * base[p, j] in float64 with the
-// base grid of grid.py (align_corners: numpy.linspace(-1, 1, d) = k * (2 / (d - 1)) - 1 with
+// base grid of cpu_reference's AffineGrid (align_corners: numpy.linspace(-1, 1, d) = k * (2 / (d - 1)) - 1 with
 // the last point exactly 1; else (2k + 1) / d - 1), base = (x, y[, z], 1) with x over the
 // innermost dim. The sum runs in j order; the reference's einsum may sum in another: a
 // tolerance (resize.py).

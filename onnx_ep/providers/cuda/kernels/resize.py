@@ -2,8 +2,9 @@
 AffineGrid (20+) and Col2Im (18+) on CUDA (resize.cu).
 
 One thread per output element recomputes its coordinates, coefficients and the weighted
-sums in float64 with cpu_reference's operations in cpu_reference's order (resize.py,
-grid.py; see resize.cu), then rounds once: EXACT (AffineGrid: a tolerance, see there).
+sums in float64 with cpu_reference's operations in cpu_reference's order (its resize.py,
+which holds AffineGrid, GridSample and Col2Im too; see resize.cu), then rounds once: EXACT
+(AffineGrid: a tolerance, see there).
 
 Resize's scales / sizes / roi stay on the device: the kernel reads them through their
 pointers (the coordinates need the actual scale values), and the output shape is the
@@ -22,22 +23,22 @@ from typing import Any
 import numpy as np
 
 from onnx_ep.core.kernel import ExecutionContext, NodeMeta, Parity, Support, TensorSpec
-from onnx_ep.providers.cuda.kernels.device_kernel import (
+from onnx_ep.providers.cuda.kernels.base import (
     BF16,
+    BLOCK,
     F64,
     I64,
     PTR,
     CudaKernel,
     dtype_support,
     grid_1d,
-    launch,
     normalize_axis,
     prod,
     struct_arg,
     suffix,
 )
 
-BLOCK = 256
+#: the most axes a resize geometry carries (RS_MAX in resize.cu)
 MAX_DIMS = 8
 
 FLOATS = frozenset(d for d in (np.dtype(np.float32), np.dtype(np.float16), BF16)
@@ -69,7 +70,7 @@ class _ResizeFamily(CudaKernel):
 
     def _launch(self, ctx: ExecutionContext, symbol: str, like: Any, n: int,
                 args: list[tuple[Any, Any]]) -> None:
-        launch(self.function(symbol, like), grid_1d(n), (BLOCK, 1, 1), args, ctx.stream)
+        self.launch(self.function(symbol, like), grid_1d(n), (BLOCK, 1, 1), args, ctx.stream)
 
     def _same_rank(self, ctx: ExecutionContext, inputs: Sequence[Any],
                    outputs: Sequence[Any]) -> tuple[Any, Any]:

@@ -29,22 +29,21 @@ import numpy as np
 
 from onnx_ep.core.dtypes import np_dtype
 from onnx_ep.core.kernel import NodeMeta, Support, TensorSpec
-from onnx_ep.providers.cuda.kernels.device_kernel import (
+from onnx_ep.providers.cuda.kernels.base import (
     BF16,
+    BLOCK,
     I32,
     I64,
     PTR,
+    U64,
     CudaKernel,
     dtype_support,
     grid_1d,
-    launch,
     prod,
     struct_arg,
     suffix,
 )
 
-BLOCK = 256
-U64 = ctypes.c_uint64
 INT64 = np.dtype(np.int64)
 #: values one ``write_i64`` launch carries
 VALUES_PER_LAUNCH = 8
@@ -175,8 +174,8 @@ class ShapeOf(_Shape):
                                  f"shape {tuple(inputs[0].shape)} has {len(vals)}")
         fn = self.function("write_i64", y)
         for first, chunk in value_chunks(vals):
-            launch(fn, (1, 1, 1), (VALUES_PER_LAUNCH, 1, 1),
-                   [(y.ptr + first * 8, PTR), struct_arg(chunk)], ctx.stream)
+            self.launch(fn, (1, 1, 1), (VALUES_PER_LAUNCH, 1, 1),
+                        [(y.ptr + first * 8, PTR), struct_arg(chunk)], ctx.stream)
 
 
 # ---------------------------------------------------------------- ConstantOfShape, EyeLike
@@ -204,8 +203,8 @@ class ConstantOfShape(_Shape):
         if y.size == 0:
             return
         w, word, n = fill_plan(dt.itemsize, bits, y.size, y.ptr)
-        launch(self.function(f"fill_x{w}", y), grid_1d(n), (BLOCK, 1, 1),
-               [(y.ptr, PTR), (word, U64), (n, I64)], ctx.stream)
+        self.launch(self.function(f"fill_x{w}", y), grid_1d(n), (BLOCK, 1, 1),
+                    [(y.ptr, PTR), (word, U64), (n, I64)], ctx.stream)
 
 
 class EyeLike(_Shape):
@@ -230,9 +229,9 @@ class EyeLike(_Shape):
         if y.size == 0:
             return
         rows, cols = y.shape
-        launch(self.function(f"eye_x{y.dtype.itemsize}", y), grid_1d(y.size), (BLOCK, 1, 1),
-               [(y.ptr, PTR), (rows, I64), (cols, I64), (int(ctx.node.attr("k", 0)), I64),
-                (one_bits(y.dtype), U64)], ctx.stream)
+        self.launch(self.function(f"eye_x{y.dtype.itemsize}", y), grid_1d(y.size), (BLOCK, 1, 1),
+                    [(y.ptr, PTR), (rows, I64), (cols, I64), (int(ctx.node.attr("k", 0)), I64),
+                     (one_bits(y.dtype), U64)], ctx.stream)
 
 
 # ---------------------------------------------------------------- Trilu, Range
@@ -262,10 +261,10 @@ class Trilu(_Shape):
         if k is not None and k.size != 1:
             raise self.fail(ctx, f"k must hold one value, got shape {tuple(k.shape)}")
         rows, cols = x.shape[-2:]
-        launch(self.function(f"trilu_x{x.dtype.itemsize}", x), grid_1d(y.size), (BLOCK, 1, 1),
-               [(x.ptr, PTR), (y.ptr, PTR), (rows, I64), (cols, I64), (y.size, I64),
-                (k.ptr if k is not None else 0, PTR),
-                (int(bool(ctx.node.attr("upper", 1))), I32)], ctx.stream)
+        self.launch(self.function(f"trilu_x{x.dtype.itemsize}", x), grid_1d(y.size), (BLOCK, 1, 1),
+                    [(x.ptr, PTR), (y.ptr, PTR), (rows, I64), (cols, I64), (y.size, I64),
+                     (k.ptr if k is not None else 0, PTR),
+                     (int(bool(ctx.node.attr("upper", 1))), I32)], ctx.stream)
 
 
 class Range(_Shape):
@@ -288,9 +287,9 @@ class Range(_Shape):
         if y.size == 0:
             return
         stash64 = int(ctx.node.attr("stash_type", 1) == 11)
-        launch(self.function(f"range_{suffix(y.dtype)}", y), grid_1d(y.size), (BLOCK, 1, 1),
-               [(start.ptr, PTR), (delta.ptr, PTR), (y.ptr, PTR), (y.size, I64),
-                (stash64, I32)], ctx.stream)
+        self.launch(self.function(f"range_{suffix(y.dtype)}", y), grid_1d(y.size), (BLOCK, 1, 1),
+                    [(start.ptr, PTR), (delta.ptr, PTR), (y.ptr, PTR), (y.size, I64),
+                     (stash64, I32)], ctx.stream)
 
 
 KERNELS: list[CudaKernel] = [

@@ -18,35 +18,11 @@
 // Fast rows (``*_fast_*`` and ``*_pipe_*``, float32 / float16 / bfloat16, rows of up to 32
 // values per thread): the row is read from DRAM once into registers and written once; see
 // below.
+#include "ep_block.cuh"
 #include "ep_float.cuh"
 #include "ep_geo.cuh"
 
 using namespace ep;
-
-#define EP_BLOCK 256
-
-struct SumD { static __device__ double comb(double a, double b) { return a + b; } };
-struct MaxD {
-    static __device__ double comb(double a, double b) {
-        if (isnan(a)) return a;
-        if (isnan(b)) return b;
-        return b > a ? b : a;
-    }
-};
-
-template <class Op>
-__device__ __forceinline__ double block_reduce(double v, double* sh) {
-    int t = threadIdx.x;
-    sh[t] = v;
-    __syncthreads();
-    for (int s = blockDim.x >> 1; s > 0; s >>= 1) {
-        if (t < s) sh[t] = Op::comb(sh[t], sh[t + s]);
-        __syncthreads();
-    }
-    double r = sh[0];
-    __syncthreads();
-    return r;
-}
 
 // ------------------------------------------------------------------ softmax (rows)
 template <class T, int V, bool LOG>
@@ -63,9 +39,9 @@ __device__ void softmax_rows(const T* __restrict__ x, T* __restrict__ y, long lo
         for (long long j = threadIdx.x; j < nv; j += blockDim.x) {
             VT p = xv[j];
 #pragma unroll
-            for (int k = 0; k < V; ++k) m = MaxD::comb(m, to_f64(p.v[k]));
+            for (int k = 0; k < V; ++k) m = MaxOp::comb(m, to_f64(p.v[k]));
         }
-        m = block_reduce<MaxD>(m, red);
+        m = block_reduce<MaxOp>(m, red);
         const double shift = isfinite(m) ? m : 0.0;
         double s = 0.0;
         for (long long j = threadIdx.x; j < nv; j += blockDim.x) {
@@ -78,7 +54,7 @@ __device__ void softmax_rows(const T* __restrict__ x, T* __restrict__ y, long lo
                 s += e;
             }
         }
-        s = block_reduce<SumD>(s, red);
+        s = block_reduce<SumOp>(s, red);
         const double ls = LOG ? log(s) : 0.0;
         for (long long j = threadIdx.x; j < nv; j += blockDim.x) {
             VT out;
@@ -115,7 +91,7 @@ __device__ void softmax_cols(const T* __restrict__ x, T* __restrict__ y, long lo
         const T* xo = x + o * axis_dim * inner + i;
         T* yo = y + o * axis_dim * inner + i;
         double m = -inf64();
-        for (long long r = 0; r < axis_dim; ++r) m = MaxD::comb(m, to_f64(xo[r * inner]));
+        for (long long r = 0; r < axis_dim; ++r) m = MaxOp::comb(m, to_f64(xo[r * inner]));
         const double shift = isfinite(m) ? m : 0.0;
         double s = 0.0;
         for (long long r = 0; r < axis_dim; ++r) s += exp(to_f64(xo[r * inner]) - shift);
@@ -156,7 +132,7 @@ __device__ void norm_rows(const T* __restrict__ x, const T* __restrict__ scale,
 #pragma unroll
                 for (int k = 0; k < V; ++k) acc += to_f64(p.v[k]);
             }
-            mean = round_from64<W>(block_reduce<SumD>(acc, red) / n);
+            mean = round_from64<W>(block_reduce<SumOp>(acc, red) / n);
             acc = 0.0;
         }
         // sum of squared deviations (LayerNorm) or of squares (RMSNorm), each squared in W
@@ -169,7 +145,7 @@ __device__ void norm_rows(const T* __restrict__ x, const T* __restrict__ scale,
                 acc += (double)dd;
             }
         }
-        const W var = round_from64<W>(block_reduce<SumD>(acc, red) / n);
+        const W var = round_from64<W>(block_reduce<SumOp>(acc, red) / n);
         const W inv = (W)1 / sqrt(var + eps_w);
         const VT* sv = reinterpret_cast<const VT*>(scale);
         const VT* bv = reinterpret_cast<const VT*>(bias);

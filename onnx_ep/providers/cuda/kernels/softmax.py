@@ -16,14 +16,15 @@ accumulated in double: ``rtol=1e-4, atol=1e-5`` (+ one output ulp for float16/bf
 ``stash_type`` other than 1 (float) is declined; Scale and B must hold exactly one value per
 normalized element.
 
-Rows along the last axis run :func:`fast_geometry`'s kernels where they fit: the row read
+Rows along the last axis run the fast row kernels where they fit (:func:`fast_rows` plans
+them, :func:`fast_rows_kernel` picks one, :func:`launch_rows` launches it): the row read
 from DRAM once into registers and written once, 16-byte loads when the row length and
 pointers allow, a warp to 1024 threads per row, warp-shuffle reductions in a fixed order
 (bit-identical run to run). With 16-byte packs and more row groups than the device holds
 blocks at once, persistent blocks prefetch their next rows into shared memory with cp.async
-while reducing the current one (:func:`fast_kernel`; same arithmetic, same bytes). Longer
-rows take the multi-pass kernels (one block of <= 256 threads per row, the exp of the first
-5,632 values cached in shared memory).
+while reducing the current one (same arithmetic, same bytes). Longer rows take the
+multi-pass kernels (one block of <= 256 threads per row, the exp of the first 5,632 values
+cached in shared memory).
 """
 
 from __future__ import annotations
@@ -34,24 +35,27 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from onnx_ep.core.kernel import NodeMeta, Parity, Support, TensorSpec
-from onnx_ep.providers.cuda.kernels.device_kernel import (
+from onnx_ep.providers.cuda.device import get_device
+from onnx_ep.providers.cuda.kernels.base import (
+    BLOCK,
     F64,
     FLOATS,
     I32,
     I64,
     PTR,
     CudaKernel,
+    block_for,
     dtype_support,
-    launch,
+    grid_1d,
     normalize_axis,
     prod,
     suffix,
 )
+from onnx_ep.providers.cuda.launch import max_active_blocks
 
 SOFTMAX_PARITY = Parity.tolerance(rtol=1e-6, atol=1e-7)
 NORM_PARITY = Parity.tolerance(rtol=1e-4, atol=1e-5)
 
-MAX_BLOCK = 256
 MAX_GRID = 1 << 20
 #: bytes of the dynamic shared-memory exp cache (48 KiB default limit minus the 2 KiB
 #: reduction scratch and headroom)
@@ -74,14 +78,6 @@ PIPE_SHARED_BYTES = 48 * 1024
 #: most blocks of a pipelined kernel's persistent grid (``None``: as many as the device holds
 #: at once); tests lower it so that every block walks many rows
 PIPE_MAX_BLOCKS: int | None = None
-
-
-def block_for(n: int) -> int:
-    """Threads per row: a power of two in [32, 256] covering ``n`` vectors if it can."""
-    b = 32
-    while b < n and b < MAX_BLOCK:
-        b *= 2
-    return b
 
 
 def vector_width(itemsize: int, cols: int, ptrs: tuple[int, ...]) -> int:
@@ -153,9 +149,9 @@ def pipe_stages(per_stage: int) -> int:
     return stages if stages >= 2 else 0
 
 
-def fast_launch(outer: int, cols: int, v: int, dtype: Any) -> FastRows | None:
-    """The fast row kernel for ``outer`` rows of ``cols`` elements loaded ``v`` at a time,
-    or ``None`` (float64, or rows that do not fit): the multi-pass kernels run instead.
+def fast_rows(outer: int, cols: int, v: int, dtype: Any) -> FastRows | None:
+    """How the fast row kernels run ``outer`` rows of ``cols`` elements loaded ``v`` at a
+    time, or ``None`` (float64, or rows that do not fit): the multi-pass kernels run instead.
 
     16-byte packs take the pipelined kernel (when :data:`PIPE_STAGES` allows and the
     buffers fit); the caller still runs the direct one when every row group gets a block of
@@ -180,8 +176,8 @@ def fast_launch(outer: int, cols: int, v: int, dtype: Any) -> FastRows | None:
     return FastRows(v, packs, grid, block)
 
 
-def fast_kernel(rows: FastRows, function: Callable[[str], Any], device: Any
-                ) -> tuple[Any, tuple[int, int, int], int]:
+def fast_rows_kernel(rows: FastRows, function: Callable[[str], Any], device: Any
+                     ) -> tuple[Any, tuple[int, int, int], int]:
     """``(function, grid, stages)`` of the kernel that runs ``rows``: the pipelined one
     (stages > 0, a persistent grid) when :meth:`FastRows.grid_for` gives it a grid on
     ``device``, else the direct one (stages 0). ``function(infix)`` loads a kernel.
@@ -191,11 +187,8 @@ def fast_kernel(rows: FastRows, function: Callable[[str], Any], device: Any
     """
     sms = device.multiprocessors
     if rows.stages and rows.grid[0] > min(PIPE_MAX_BLOCKS or sms, sms):
-        from onnx_ep.providers.cuda import runtime
-
         fn = function(rows.pipe_infix)
-        per_sm = runtime.max_active_blocks(fn, rows.block[0] * rows.block[1],
-                                           rows.shared_bytes)
+        per_sm = max_active_blocks(fn, rows.block[0] * rows.block[1], rows.shared_bytes)
         resident = min(per_sm * sms, PIPE_MAX_BLOCKS or per_sm * sms)
         grid = rows.grid_for(resident) if resident > 0 else None
         if grid is not None:
@@ -203,20 +196,18 @@ def fast_kernel(rows: FastRows, function: Callable[[str], Any], device: Any
     return function(rows.direct_infix), rows.grid, 0
 
 
-def launch_fast(kernel: CudaKernel, name: str, rows: FastRows, x: Any, sfx: str,
+def launch_rows(kernel: CudaKernel, name: str, rows: FastRows, x: Any, sfx: str,
                 args: list[tuple[Any, Any]], stream: Any) -> None:
-    """Launch :func:`fast_kernel`'s choice for ``rows`` of ``name`` (``"softmax"``,
+    """Launch :func:`fast_rows_kernel`'s choice for ``rows`` of ``name`` (``"softmax"``,
     ``"layer_norm"``, ...) with ``args`` (a pipelined kernel also gets its stage count)."""
-    from onnx_ep.providers.cuda import runtime
-
-    fn, grid, stages = fast_kernel(
+    fn, grid, stages = fast_rows_kernel(
         rows, lambda infix: kernel.function(f"{name}_{infix}_{sfx}", x),
-        runtime.get_device(x.device))
+        get_device(x.device))
     if stages:
-        launch(fn, grid, rows.block, [*args, (stages, I32)], stream,
-               shared_bytes=rows.shared_bytes)
+        kernel.launch(fn, grid, rows.block, [*args, (stages, I32)], stream,
+                      shared_bytes=rows.shared_bytes)
     else:
-        launch(fn, grid, rows.block, args, stream)
+        kernel.launch(fn, grid, rows.block, args, stream)
 
 
 def softmax_geometry(shape: tuple[int, ...], axis: int, opset: int) -> tuple[int, int, int]:
@@ -270,22 +261,22 @@ class Softmax(CudaKernel):
         sfx = suffix(x.dtype)
         if inner > 1:
             n = outer * inner
-            launch(self.function(f"{self.name}_cols_{sfx}", x),
-                   (max(1, min(-(-n // 256), MAX_GRID)), 1, 1), (256, 1, 1),
-                   [(x.ptr, PTR), (y.ptr, PTR), (outer, I64), (dim, I64), (inner, I64)],
-                   ctx.stream)
+            self.launch(self.function(f"{self.name}_cols_{sfx}", x),
+                        grid_1d(n, BLOCK, MAX_GRID), (BLOCK, 1, 1),
+                        [(x.ptr, PTR), (y.ptr, PTR), (outer, I64), (dim, I64), (inner, I64)],
+                        ctx.stream)
             return
         v = vector_width(x.dtype.itemsize, dim, (x.ptr, y.ptr))
-        fast = fast_launch(outer, dim, v, x.dtype)
+        fast = fast_rows(outer, dim, v, x.dtype)
         if fast is not None:
-            launch_fast(self, self.name, fast, x, sfx,
+            launch_rows(self, self.name, fast, x, sfx,
                         [(x.ptr, PTR), (y.ptr, PTR), (outer, I64), (dim, I64)], ctx.stream)
             return
         cache_n = 0 if self.log else min(dim, CACHE_BYTES // 8)
-        launch(self.function(f"{self.name}_rows_v{v}_{sfx}", x), (min(outer, MAX_GRID), 1, 1),
-               (block_for(dim // v), 1, 1),
-               [(x.ptr, PTR), (y.ptr, PTR), (outer, I64), (dim, I64), (cache_n, I32)],
-               ctx.stream, shared_bytes=cache_n * 8)
+        self.launch(self.function(f"{self.name}_rows_v{v}_{sfx}", x), (min(outer, MAX_GRID), 1, 1),
+                    (block_for(dim // v), 1, 1),
+                    [(x.ptr, PTR), (y.ptr, PTR), (outer, I64), (dim, I64), (cache_n, I32)],
+                    ctx.stream, shared_bytes=cache_n * 8)
 
 
 class Normalization(CudaKernel):
@@ -350,12 +341,12 @@ class Normalization(CudaKernel):
         args = [(x.ptr, PTR), (scale.ptr, PTR), (bias.ptr if bias is not None else 0, PTR),
                 (y.ptr, PTR), (mean.ptr if mean is not None else 0, PTR),
                 (inv.ptr if inv is not None else 0, PTR), (rows, I64), (cols, I64), (eps, F64)]
-        fast = fast_launch(rows, cols, v, x.dtype)
+        fast = fast_rows(rows, cols, v, x.dtype)
         if fast is not None:
-            launch_fast(self, self.name, fast, x, sfx, args, ctx.stream)
+            launch_rows(self, self.name, fast, x, sfx, args, ctx.stream)
             return
-        launch(self.function(f"{self.name}_v{v}_{sfx}", x), (min(rows, MAX_GRID), 1, 1),
-               (block_for(cols // v), 1, 1), args, ctx.stream)
+        self.launch(self.function(f"{self.name}_v{v}_{sfx}", x), (min(rows, MAX_GRID), 1, 1),
+                    (block_for(cols // v), 1, 1), args, ctx.stream)
 
 
 KERNELS: list[CudaKernel] = [
