@@ -1,4 +1,4 @@
-"""plugins/manager.py and the registry it fills: validation, containment, selection.
+"""core/plugin_manager.py and the registry it fills: validation, containment, selection.
 
 A plugin that fails names itself and leaves nothing behind; other plugins and
 the built-in cpu_reference keep every registration.
