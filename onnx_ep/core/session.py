@@ -23,7 +23,7 @@ import onnx
 
 from onnx_ep.core.capture import segment
 from onnx_ep.core.admission import AdmissionRequest, admit, reserve_for_run, strategy_name
-from onnx_ep.core.device import DeviceBinding
+from onnx_ep.core.device_binding import DeviceBinding
 from onnx_ep.core.executor import Executor
 from onnx_ep.core.feeds import FeedBinder
 from onnx_ep.core.tensor import HOST, IOBinding, Tensor, device_type
