@@ -82,8 +82,8 @@ except ImportError:     # run from a checkout without installing: use the reposi
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import ml_dtypes
-from common import add_chain_model, commit_id, time_per_call
 import onnx
+from common import add_chain_model, commit_id, time_per_call
 from onnx import TensorProto, helper, numpy_helper
 
 MIB = 1 << 20

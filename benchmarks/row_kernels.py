@@ -35,8 +35,17 @@ try:
 except ImportError:     # run from a checkout without installing: use the repository's copy
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cuda_kernels import (BF16, F16, F32, SHORT, Bench, KernelStep, bench_copy, layernorm_case,
-                          softmax_case)
+from cuda_kernels import (
+    BF16,
+    F16,
+    F32,
+    SHORT,
+    Bench,
+    KernelStep,
+    bench_copy,
+    layernorm_case,
+    softmax_case,
+)
 
 DEFAULT_CONFIGS = ("stages=2 stages=0 stages=3 stages=4,shared=64 stages=2,shared=96 "
                    "stages=2,values=16 stages=0,values=16")

@@ -73,16 +73,39 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from onnx_ep.core.admission import AdmissionDecision, AdmissionRequest, AdmissionStrategy
     from onnx_ep.core.hookspecs import hookimpl
     from onnx_ep.core.kernel import (
-        Aliases, Binds, CaptureSupport, ExecutionContext, InfersOutputs, Kernel, NodeMeta, OpKey,
-        Parity, Support, SupportsNode, TensorSpec, WorkspaceLifetime, WorkspaceRequirement,
-        WorkspaceView, check_kernel)
+        Aliases,
+        Binds,
+        CaptureSupport,
+        ExecutionContext,
+        InfersOutputs,
+        Kernel,
+        NodeMeta,
+        OpKey,
+        Parity,
+        Support,
+        SupportsNode,
+        TensorSpec,
+        WorkspaceLifetime,
+        WorkspaceRequirement,
+        WorkspaceView,
+        check_kernel,
+    )
     from onnx_ep.core.memory import Fit, LedgerView, MemoryPolicy
-    from onnx_ep.core.provider import DeviceAllocation, DeviceRuntime, Provider, StableRegion
     from onnx_ep.core.options import RunOptions, SessionOptions
+    from onnx_ep.core.provider import DeviceAllocation, DeviceRuntime, Provider, StableRegion
     from onnx_ep.core.session import NodeArg, Session
     from onnx_ep.core.tensor import IOBinding, Tensor
     from onnx_ep.errors import (
-        AdmissionRefused, CapacityUnavailable, FeedError, ModelError, NodeError, NoKernelError,
-        OnnxEpError, PluginError, ProviderUnavailable, TierExhausted)
+        AdmissionRefused,
+        CapacityUnavailable,
+        FeedError,
+        ModelError,
+        NodeError,
+        NoKernelError,
+        OnnxEpError,
+        PluginError,
+        ProviderUnavailable,
+        TierExhausted,
+    )
     from onnx_ep.plugins.admission import HeadroomAdmission, StrictAdmission
     from onnx_ep.plugins.policies import FullResident, WeightStreaming

@@ -29,8 +29,8 @@ import warnings
 from onnx_ep.core.graph import build_graph, light_model_for_inference
 from onnx_ep.core.kernel import Support
 from onnx_ep.core.placement import node_meta
-from onnx_ep.errors import NoKernelError
 from onnx_ep.core.plugin_manager import build_plugins
+from onnx_ep.errors import NoKernelError
 from onnx_ep.providers.cuda import driver as cuda_driver
 from onnx_ep.testing.node_suite import load_cases, load_skips
 

@@ -13,12 +13,11 @@ from typing import Any
 
 from onnx_ep.core.graph import Graph
 from onnx_ep.core.kernel import TensorSpec
-from onnx_ep.core.provider import Provider
 from onnx_ep.core.memory import DeviceMemoryAuthority, Reservation, Role, authority_for
 from onnx_ep.core.pager import DevicePager
 from onnx_ep.core.placement import CopyStep
-from onnx_ep.core.planner import (ExecutionPlan, Program, step_aliases, step_device,
-                                  workspace_views)
+from onnx_ep.core.planner import ExecutionPlan, Program, step_aliases, step_device, workspace_views
+from onnx_ep.core.provider import Provider
 from onnx_ep.errors import PlanError
 
 

@@ -38,8 +38,15 @@ from typing import Any
 import numpy as np
 
 from onnx_ep.core.kernel import TensorSpec
-from onnx_ep.core.memory import (DeviceMemoryAuthority, Fit, Reservation, Role, align_up,
-                                 allocate_host, fit)
+from onnx_ep.core.memory import (
+    DeviceMemoryAuthority,
+    Fit,
+    Reservation,
+    Role,
+    align_up,
+    allocate_host,
+    fit,
+)
 from onnx_ep.errors import CapacityUnavailable, PlanError
 
 #: byte alignment of each weight inside the region (cuBLASLt and vector loads want >= 16)

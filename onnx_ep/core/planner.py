@@ -27,7 +27,7 @@ from onnx_ep.core.kernel import (
     WorkspaceView,
 )
 from onnx_ep.core.memory import align_up
-from onnx_ep.core.placement import CopyStep, Placement, PlacedNode, node_meta
+from onnx_ep.core.placement import CopyStep, PlacedNode, Placement, node_meta
 from onnx_ep.errors import KernelContractError
 
 #: a step's kind

@@ -21,12 +21,11 @@ import attrs
 import numpy as np
 import onnx
 
-from onnx_ep.core.capture import segment
 from onnx_ep.core.admission import AdmissionRequest, admit, reserve_for_run, strategy_name
+from onnx_ep.core.capture import segment
 from onnx_ep.core.device_binding import DeviceBinding
 from onnx_ep.core.executor import Executor
 from onnx_ep.core.feeds import FeedBinder
-from onnx_ep.core.tensor import HOST, IOBinding, Tensor, device_type
 from onnx_ep.core.graph import (
     Graph,
     Value,
@@ -39,7 +38,6 @@ from onnx_ep.core.memory import Reservation, Role, allocate_host, authority_for
 from onnx_ep.core.options import RunOptions, SessionOptions
 from onnx_ep.core.pager import WeightStore
 from onnx_ep.core.placement import place
-from onnx_ep.core.plugin_manager import plugins_for, resolve_providers, selection
 from onnx_ep.core.planner import (
     ExecutionPlan,
     Program,
@@ -50,6 +48,8 @@ from onnx_ep.core.planner import (
     program_io,
     workspace_views,
 )
+from onnx_ep.core.plugin_manager import plugins_for, resolve_providers, selection
+from onnx_ep.core.tensor import HOST, IOBinding, Tensor, device_type
 from onnx_ep.errors import FeedError, OnnxEpWarning, PlanError
 
 log = logging.getLogger("onnx_ep")

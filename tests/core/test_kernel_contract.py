@@ -9,8 +9,18 @@ import numpy as np
 import pytest
 
 import onnx_ep
-from onnx_ep import (Aliases, Binds, CaptureSupport, InfersOutputs, Kernel, OpKey, Parity,
-                     SupportsNode, WorkspaceRequirement, check_kernel)
+from onnx_ep import (
+    Aliases,
+    Binds,
+    CaptureSupport,
+    InfersOutputs,
+    Kernel,
+    OpKey,
+    Parity,
+    SupportsNode,
+    WorkspaceRequirement,
+    check_kernel,
+)
 from onnx_ep.errors import KernelContractError
 from tests.helpers.plugins import TEST_DOMAIN, KernelPlugin, custom_model
 

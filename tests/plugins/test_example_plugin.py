@@ -23,8 +23,8 @@ except ImportError:  # Python 3.10: the tomli backport (a dependency there)
 
 import onnx_ep
 from onnx_ep import NodeMeta, NoKernelError, TensorSpec, WorkspaceView
-from onnx_ep.errors import WorkspaceTooSmall
 from onnx_ep.core import plugin_manager as manager
+from onnx_ep.errors import WorkspaceTooSmall
 from tests.helpers.oracle import node_model
 from tests.helpers.plugins import write_dist_info
 
@@ -220,8 +220,9 @@ def _meta(shape, dtype=np.float32, beta: float = 1.0) -> NodeMeta:
 
 
 def test_swish2_satisfies_the_protocol_without_a_base_class(example_entry_point: Path):
-    from onnx_ep.core.kernel import check_kernel
     from onnx_ep_example_plugin import Swish2
+
+    from onnx_ep.core.kernel import check_kernel
 
     assert Swish2.__mro__ == (Swish2, object)
     kernel = Swish2()
@@ -231,8 +232,9 @@ def test_swish2_satisfies_the_protocol_without_a_base_class(example_entry_point:
 
 
 def test_swish2_workspace_is_exact_and_checked(example_entry_point: Path):
-    from onnx_ep import ExecutionContext
     from onnx_ep_example_plugin import Swish2
+
+    from onnx_ep import ExecutionContext
 
     kernel = Swish2()
     meta = _meta((2, 3))

@@ -14,11 +14,10 @@ import numpy as np
 import pytest
 
 import onnx_ep
-from onnx_ep import NoKernelError, OpKey, Provider, SessionOptions
-from onnx_ep import AdmissionDecision, LedgerView
-from onnx_ep.errors import OnnxEpWarning, OptionsError, PluginError, TierExhausted
+from onnx_ep import AdmissionDecision, LedgerView, NoKernelError, OpKey, Provider, SessionOptions
 from onnx_ep.core import hookspecs
 from onnx_ep.core import plugin_manager as manager
+from onnx_ep.errors import OnnxEpWarning, OptionsError, PluginError, TierExhausted
 from onnx_ep.plugins.policies import POLICY_ENV
 from tests.helpers.oracle import node_model
 from tests.helpers.plugins import TEST_DOMAIN, KernelPlugin, PlainKernel, custom_model

@@ -15,8 +15,8 @@ import pytest
 
 import onnx_ep
 from onnx_ep import NoKernelError, OpKey, Parity, PluginError, Provider
-from onnx_ep.errors import KernelConflictError, KernelContractError
 from onnx_ep.core import plugin_manager as manager
+from onnx_ep.errors import KernelConflictError, KernelContractError
 from tests.helpers.plugins import (
     TEST_DOMAIN,
     KernelPlugin,

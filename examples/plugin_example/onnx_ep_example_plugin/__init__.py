@@ -12,7 +12,6 @@ and calls the ``@onnx_ep.hookimpl`` functions below, named after the hooks in
 from __future__ import annotations
 
 import onnx_ep
-
 from onnx_ep_example_plugin.swish2 import DOMAIN, Swish2
 
 __all__ = ["DOMAIN", "Swish2", "onnx_ep_register_kernels"]

@@ -170,10 +170,9 @@ def test_bitcast_needs_equal_widths():
 
 
 def test_rows_satisfy_the_kernel_protocol_and_match_reference_since():
-    from onnx_ep.core.kernel import Parity
-    from onnx_ep.providers.cpu_reference import quantize as ref_quantize
+    from onnx_ep.core.kernel import Parity, check_kernel
     from onnx_ep.providers.cpu_reference import cast as ref_cast
-    from onnx_ep.core.kernel import check_kernel
+    from onnx_ep.providers.cpu_reference import quantize as ref_quantize
 
     ref = {k.key.op_type: k.key.since for k in ref_quantize.KERNELS + ref_cast.KERNELS}
     for k in [*quantize.KERNELS, BITCAST]:

@@ -37,7 +37,6 @@ from onnx_ep.core.kernel import (
     WorkspaceView,
 )
 from onnx_ep.errors import NodeError
-from onnx_ep.providers.shared.windows import window_geometry
 from onnx_ep.providers.cuda import blas, copies
 from onnx_ep.providers.cuda.kernels.base import (
     BLOCK,
@@ -50,6 +49,7 @@ from onnx_ep.providers.cuda.kernels.base import (
     suffix,
 )
 from onnx_ep.providers.cuda.kernels.gemm import problem_alignment
+from onnx_ep.providers.shared.windows import window_geometry
 
 
 @attrs.frozen

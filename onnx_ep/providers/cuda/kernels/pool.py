@@ -34,7 +34,6 @@ from onnx_ep.core.kernel import (
     WorkspaceView,
 )
 from onnx_ep.errors import NodeError
-from onnx_ep.providers.shared.windows import window_geometry
 from onnx_ep.providers.cuda.kernels.base import (
     BLOCK,
     F64,
@@ -47,6 +46,7 @@ from onnx_ep.providers.cuda.kernels.base import (
     static_shape,
     suffix,
 )
+from onnx_ep.providers.shared.windows import window_geometry
 
 #: GlobalAveragePool: float32 sums in another order than numpy's, rounded once to the dtype
 GLOBAL_AVERAGE_PARITY: dict[str, Parity] = {
