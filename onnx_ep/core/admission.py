@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import attrs
 
 from onnx_ep.core.memory import DeviceMemoryAuthority, LedgerView, Reservation, Role
-from onnx_ep.errors import AdmissionRefused
+from onnx_ep.errors import AdmissionRefused, PluginError
 
 
 @attrs.frozen
@@ -74,8 +74,8 @@ def admit(strategy: AdmissionStrategy, request: AdmissionRequest,
     """Ask ``strategy`` about ``request`` on ``authority``'s ledger; raise its refusal."""
     decision = strategy.admit(request, authority.view(request.session))
     if not isinstance(decision, AdmissionDecision):
-        raise TypeError(f"admission strategy {strategy_name(strategy)!r} returned "
-                        f"{type(decision).__name__}, expected an AdmissionDecision")
+        raise PluginError(f"admission strategy {strategy_name(strategy)!r}: admit() returned "
+                          f"{type(decision).__name__}, expected an AdmissionDecision")
     if decision.refusal is not None:
         raise decision.refusal
 

@@ -167,16 +167,17 @@ class Session:
         self._authority = (self._device.authority if self._device is not None
                            else authority_for("cpu", self.options.memory_limit))
         hook = self._plugins.pm.hook
-        self._admission = selection("onnx_ep_select_admission_strategy", "admit",
-                                  hook.onnx_ep_select_admission_strategy(options=self.options))
+        self._admission = selection(
+            "onnx_ep_select_admission_strategy", "admit",
+            hook.onnx_ep_select_admission_strategy(options=self.options))
         # plan a static signature first even when the policy is forced: on a device its
         # arena is bound before the weights, which take what is left
         peak = self._static_peak()
-        self.memory_policy = selection("onnx_ep_select_memory_policy", "counters",
-                                     hook.onnx_ep_select_memory_policy(
-                                         model_bytes=self._graph.weight_bytes,
-                                         planned_peak=peak, budget=self._authority.budget,
-                                         options=self.options))
+        self.memory_policy = selection(
+            "onnx_ep_select_memory_policy", "counters",
+            hook.onnx_ep_select_memory_policy(
+                model_bytes=self._graph.weight_bytes, planned_peak=peak,
+                budget=self._authority.budget, options=self.options))
         self._held: list[Reservation] = []      # session-lifetime reservations
         #: the executor's weight source when streaming: a host WeightStore or a DevicePager
         self._weights: Any = None

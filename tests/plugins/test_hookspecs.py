@@ -349,3 +349,29 @@ def test_onnx_ep_run_finished_a_raising_observer_does_not_silence_others(x: np.n
         sess.run(None, {"x": x})
     assert good.created == [sess]
     assert len(good.finished) == 1
+
+
+def test_an_admit_answer_that_is_not_a_decision_is_a_plugin_error_and_the_session_survives(
+        x: np.ndarray):
+    class Sloppy:
+        name = "sloppy"
+        answer: Any = True
+
+        @onnx_ep.hookimpl
+        def onnx_ep_select_admission_strategy(self, options: Any) -> Any:
+            return self
+
+        def admit(self, request: Any, ledger: Any) -> Any:
+            return self.answer
+
+    plugin = Sloppy()
+    sess = onnx_ep.Session(node_model("Identity", {"x": x}), plugins=[plugin])
+    try:
+        with pytest.raises(PluginError, match="sloppy.*expected an AdmissionDecision"):
+            sess.run(None, {"x": x})
+        plugin.answer = AdmissionDecision()
+        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], x)
+        # the refused run reserved nothing, and the admitted one released its bytes
+        assert not [h for h in sess.resources()["ledger"]["by_holder"] if "/run-" in h]
+    finally:
+        sess.close()
