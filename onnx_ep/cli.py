@@ -317,8 +317,8 @@ def providers_info() -> dict[str, Any]:
     """Providers (available or why not), plugins, kernel counts and registration errors."""
     from onnx_ep.core.plugin_manager import default_plugins
 
-    rt = default_plugins()
-    reg = rt.registry
+    plugins = default_plugins()
+    reg = plugins.registry
     counts = reg.kernel_counts()
     providers = []
     for p in sorted(reg.providers.values(), key=lambda p: -p.priority):
@@ -327,8 +327,8 @@ def providers_info() -> dict[str, Any]:
                           "reason": "" if verdict else verdict.reason, "device": p.device,
                           "priority": p.priority, "kernels": counts.get(p.name, 0),
                           "plugin": reg.provider_plugin(p.name), "description": p.description})
-    return {"providers": providers, "plugins": list(rt.plugin_names),
-            "errors": [{"plugin": e.plugin, "message": str(e)} for e in rt.errors]}
+    return {"providers": providers, "plugins": list(plugins.plugin_names),
+            "errors": [{"plugin": e.plugin, "message": str(e)} for e in plugins.errors]}
 
 
 def cmd_providers(args: argparse.Namespace) -> int:

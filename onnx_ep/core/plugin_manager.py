@@ -182,18 +182,19 @@ _default_plugins: dict[str | None, PluginSet] = {}
 
 
 def default_plugins() -> PluginSet:
-    """The runtime for sessions without in-process plugins, built once per ONNX_EP_PLUGINS value."""
+    """The plugin set for sessions without in-process plugins, built once per ONNX_EP_PLUGINS
+    value."""
     key = os.environ.get(PLUGINS_ENV)
     with _default_lock:
-        rt = _default_plugins.get(key)
-        if rt is None:
-            rt = build_plugins()
-            _default_plugins[key] = rt
-        return rt
+        ps = _default_plugins.get(key)
+        if ps is None:
+            ps = build_plugins()
+            _default_plugins[key] = ps
+        return ps
 
 
 def plugins_for(plugins: Sequence[Any]) -> PluginSet:
-    """The default runtime, or a fresh one when in-process plugins are given."""
+    """The default plugin set, or a fresh one when in-process plugins are given."""
     return build_plugins(plugins) if plugins else default_plugins()
 
 
