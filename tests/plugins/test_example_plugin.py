@@ -68,8 +68,8 @@ def _forget_example_modules() -> dict[str, object]:
 
 
 @pytest.fixture
-def isolated_runtime(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """A fresh default-runtime cache and a fresh import of the example package."""
+def isolated_plugins(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A fresh default plugin-set cache and a fresh import of the example package."""
     monkeypatch.setattr(manager, "_default_plugins", {})
     saved = _forget_example_modules()
     yield
@@ -79,7 +79,7 @@ def isolated_runtime(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 @pytest.fixture
 def example_entry_point(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                        isolated_runtime: None) -> Path:
+                        isolated_plugins: None) -> Path:
     """"Install" the example: its source on sys.path plus a dist-info with its entry point."""
     eps = _pyproject()["project"]["entry-points"]["onnx_ep"]
     site = tmp_path / "site"
@@ -198,7 +198,7 @@ def test_plugins_env_naming_the_example_loads_it(example_entry_point: Path,
     np.testing.assert_allclose(y, swish2_numpy(x, 1.0), rtol=1e-6)
 
 
-def test_default_runtime_follows_plugins_env_within_one_process(
+def test_default_plugins_follow_plugins_env_within_one_process(
         example_entry_point: Path, monkeypatch: pytest.MonkeyPatch):
     x = np.ones(2, np.float32)
     monkeypatch.setenv(manager.PLUGINS_ENV, "none")
@@ -254,16 +254,16 @@ def test_swish2_workspace_is_exact_and_checked(example_entry_point: Path):
 
 
 @requires_installed_example
-def test_installed_distribution_registers_swish2(isolated_runtime: None,
+def test_installed_distribution_registers_swish2(isolated_plugins: None,
                                                  monkeypatch: pytest.MonkeyPatch):
     dist = _installed_example()
     assert dist is not None
     eps = [ep for ep in dist.entry_points if ep.group == manager.ENTRY_POINT_GROUP]
     assert [(ep.name, ep.value) for ep in eps] == [("example", PACKAGE)]
     monkeypatch.setenv(manager.PLUGINS_ENV, "example")
-    runtime = manager.default_plugins()
-    assert "example" in runtime.plugin_names
-    assert [e.plugin for e in runtime.registry.entries("cpu_reference")
+    plugins = manager.default_plugins()
+    assert "example" in plugins.plugin_names
+    assert [e.plugin for e in plugins.registry.entries("cpu_reference")
             if e.kernel.key.domain == DOMAIN] == ["example"]
     x = np.linspace(-3, 3, 10, dtype=np.float32)
     (y,) = onnx_ep.Session(swish2_model(x, 0.75)).run(None, {"x": x})

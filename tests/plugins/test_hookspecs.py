@@ -83,7 +83,7 @@ def test_onnx_ep_register_kernels_adds_a_kernel_to_a_builtin_provider(x: np.ndar
         None, {"x": x})
     np.testing.assert_array_equal(y, x + 1)
 
-    with pytest.raises(NoKernelError) as info:   # not left behind in the default runtime
+    with pytest.raises(NoKernelError) as info:   # not left behind in the default plugin set
         onnx_ep.Session(model, providers=["cpu_reference"])
     assert info.value.tried == {"cpu_reference": "no kernel"}
 
@@ -99,9 +99,9 @@ def test_onnx_ep_register_kernels_accepts_a_module_as_plugin(x: np.ndarray):
         register(PlainKernel(key, np.negative), provider="cpu_reference")
 
     module.onnx_ep_register_kernels = onnx_ep_register_kernels  # type: ignore[attr-defined]
-    runtime = manager.build_plugins([module], entry_points=False)
-    assert "tests_inline_plugin" in runtime.plugin_names
-    assert [e.plugin for e in runtime.registry.entries("cpu_reference")
+    plugin_set = manager.build_plugins([module], entry_points=False)
+    assert "tests_inline_plugin" in plugin_set.plugin_names
+    assert [e.plugin for e in plugin_set.registry.entries("cpu_reference")
             if e.kernel.key == key] == ["tests_inline_plugin"]
     (y,) = onnx_ep.Session(custom_model("Neg", x), plugins=[module]).run(None, {"x": x})
     np.testing.assert_array_equal(y, -x)

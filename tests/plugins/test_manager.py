@@ -34,7 +34,7 @@ def x() -> np.ndarray:
 
 
 @pytest.fixture
-def fresh_default_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
+def fresh_default_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(manager, "_default_plugins", {})
 
 
@@ -42,8 +42,8 @@ def _builtin_counts() -> dict[str, int]:
     return manager.build_plugins(entry_points=False).registry.kernel_counts()
 
 
-def _keys(runtime: manager.PluginSet, provider: str = "cpu_reference") -> set[OpKey]:
-    return {e.kernel.key for e in runtime.registry.entries(provider)}
+def _keys(plugin_set: manager.PluginSet, provider: str = "cpu_reference") -> set[OpKey]:
+    return {e.kernel.key for e in plugin_set.registry.entries(provider)}
 
 
 # ---------------------------------------------------------------- a raising plugin
@@ -67,17 +67,17 @@ def test_failing_plugin_keeps_none_of_its_kernels_and_spares_the_others():
                        fail_after=1, name="bad")
     good = KernelPlugin([(PlainKernel(good_key), "cpu_reference")], name="good")
 
-    runtime = manager.build_plugins([bad, good], entry_points=False)
+    plugin_set = manager.build_plugins([bad, good], entry_points=False)
 
-    assert [e.plugin for e in runtime.errors] == ["bad"]
-    keys = _keys(runtime)
+    assert [e.plugin for e in plugin_set.errors] == ["bad"]
+    keys = _keys(plugin_set)
     assert good_key in keys
     assert bad_key not in keys                          # the partial registration is gone
     assert {k for k in keys if k.domain == TEST_DOMAIN} == {good_key}
-    counts = runtime.registry.kernel_counts()
+    counts = plugin_set.registry.kernel_counts()
     assert counts["cpu_reference"] == _builtin_counts()["cpu_reference"] + 1
     with pytest.raises(PluginError, match="'bad'"):
-        runtime.check()
+        plugin_set.check()
 
 
 def test_failing_provider_hook_discards_its_providers_and_then_its_kernels():
@@ -88,11 +88,11 @@ def test_failing_provider_hook_discards_its_providers_and_then_its_kernels():
             raise RuntimeError("crash after one provider")
 
     plugin = BadProviders([(PlainKernel(KEY), "half_done")], name="bad_providers")
-    runtime = manager.build_plugins([plugin], entry_points=False)
-    assert "half_done" not in runtime.registry.providers
-    assert [e.plugin for e in runtime.errors] == ["bad_providers", "bad_providers"]
-    assert "crash after one provider" in str(runtime.errors[0])
-    assert "unknown provider 'half_done'" in str(runtime.errors[1])
+    plugin_set = manager.build_plugins([plugin], entry_points=False)
+    assert "half_done" not in plugin_set.registry.providers
+    assert [e.plugin for e in plugin_set.errors] == ["bad_providers", "bad_providers"]
+    assert "crash after one provider" in str(plugin_set.errors[0])
+    assert "unknown provider 'half_done'" in str(plugin_set.errors[1])
 
 
 def test_plugin_that_fails_to_register_with_pluggy_names_itself():
@@ -174,12 +174,12 @@ class ZeroSince(NoKey):
 def test_malformed_kernel_is_a_contract_error_naming_the_plugin(x: np.ndarray, kernel: Any,
                                                                 why: str):
     plugin = KernelPlugin([(kernel, "cpu_reference")], name="sloppy")
-    runtime = manager.build_plugins([plugin], entry_points=False)
-    (err,) = runtime.errors
+    plugin_set = manager.build_plugins([plugin], entry_points=False)
+    (err,) = plugin_set.errors
     assert isinstance(err, KernelContractError) and isinstance(err, TypeError)
     assert err.plugin == "sloppy"
     assert why in str(err)
-    assert runtime.registry.kernel_counts() == _builtin_counts()
+    assert plugin_set.registry.kernel_counts() == _builtin_counts()
     with pytest.raises(KernelContractError, match="'sloppy'"):
         onnx_ep.Session(custom_model("AddOne", x), plugins=[plugin])
 
@@ -201,22 +201,22 @@ def test_supports_returning_a_bool_is_a_contract_error_at_placement(x: np.ndarra
 def test_duplicate_kernel_in_one_plugin_is_a_conflict():
     plugin = KernelPlugin([(PlainKernel(KEY), "cpu_reference"),
                            (PlainKernel(KEY), "cpu_reference")], name="dup")
-    runtime = manager.build_plugins([plugin], entry_points=False)
-    (err,) = runtime.errors
+    plugin_set = manager.build_plugins([plugin], entry_points=False)
+    (err,) = plugin_set.errors
     assert isinstance(err, KernelConflictError) and isinstance(err, ValueError)
     assert err.plugin == "dup" and str(KEY) in str(err)
-    assert KEY not in _keys(runtime)
+    assert KEY not in _keys(plugin_set)
 
 
 def test_duplicate_kernel_across_plugins_blames_the_later_plugin():
     first = KernelPlugin([(PlainKernel(KEY), "cpu_reference")], name="first")
     second = KernelPlugin([(PlainKernel(KEY), "cpu_reference")], name="second")
-    runtime = manager.build_plugins([first, second], entry_points=False)
-    (err,) = runtime.errors
+    plugin_set = manager.build_plugins([first, second], entry_points=False)
+    (err,) = plugin_set.errors
     assert isinstance(err, KernelConflictError)
     assert err.plugin == "second"
     assert "already registered by plugin 'first'" in str(err)
-    assert [e.plugin for e in runtime.registry.entries("cpu_reference")
+    assert [e.plugin for e in plugin_set.registry.entries("cpu_reference")
             if e.kernel.key == KEY] == ["first"]
 
 
@@ -228,10 +228,10 @@ def test_conflict_with_a_builtin_blames_the_plugin_and_keeps_the_builtin(what: s
         plugin = KernelPlugin([(PlainKernel(some_builtin), "cpu_reference")], name="intruder")
     else:
         plugin = KernelPlugin(providers=[Provider(name="cpu_reference")], name="intruder")
-    runtime = manager.build_plugins([plugin], entry_points=False)
-    assert [e.plugin for e in runtime.errors] == ["intruder"]
-    assert runtime.registry.provider_plugin("cpu_reference") == "onnx_ep.providers.cpu_reference"
-    assert runtime.registry.kernel_counts() == _builtin_counts()
+    plugin_set = manager.build_plugins([plugin], entry_points=False)
+    assert [e.plugin for e in plugin_set.errors] == ["intruder"]
+    assert plugin_set.registry.provider_plugin("cpu_reference") == "onnx_ep.providers.cpu_reference"
+    assert plugin_set.registry.kernel_counts() == _builtin_counts()
 
 
 def test_same_op_on_two_providers_or_two_opsets_is_not_a_conflict():
@@ -239,15 +239,15 @@ def test_same_op_on_two_providers_or_two_opsets_is_not_a_conflict():
     plugin = KernelPlugin([(PlainKernel(KEY), "cpu_reference"), (PlainKernel(KEY), "fast"),
                            (PlainKernel(OpKey(TEST_DOMAIN, "AddOne", 3)), "cpu_reference")],
                           providers=[fast])
-    runtime = manager.build_plugins([plugin], entry_points=False)
-    assert runtime.errors == []
-    assert runtime.registry.kernel_counts()["fast"] == 1
+    plugin_set = manager.build_plugins([plugin], entry_points=False)
+    assert plugin_set.errors == []
+    assert plugin_set.registry.kernel_counts()["fast"] == 1
 
 
 def test_kernel_for_unknown_provider_is_a_plugin_error():
     plugin = KernelPlugin([(PlainKernel(KEY), "warp_drive")], name="hopeful")
-    runtime = manager.build_plugins([plugin], entry_points=False)
-    (err,) = runtime.errors
+    plugin_set = manager.build_plugins([plugin], entry_points=False)
+    (err,) = plugin_set.errors
     assert type(err) is PluginError
     assert err.plugin == "hopeful"
     assert "unknown provider 'warp_drive'" in str(err)
@@ -263,13 +263,13 @@ def test_kernel_for_unknown_provider_is_a_plugin_error():
       KernelPlugin(providers=[Provider(name="fast")], name="p")], True),
 ], ids=["same-plugin", "two-plugins"])
 def test_provider_registered_twice_is_a_plugin_error(plugins: list[Any], kept: bool):
-    runtime = manager.build_plugins(plugins, entry_points=False)
-    (err,) = runtime.errors
+    plugin_set = manager.build_plugins(plugins, entry_points=False)
+    (err,) = plugin_set.errors
     assert type(err) is PluginError
     assert "provider 'fast' is registered twice" in str(err)
     assert err.plugin == "p"
-    assert ("fast" in runtime.registry.providers) is kept
-    assert "cpu_reference" in runtime.registry.providers
+    assert ("fast" in plugin_set.registry.providers) is kept
+    assert "cpu_reference" in plugin_set.registry.providers
 
 
 def test_registering_something_that_is_not_a_provider_is_a_plugin_error():
@@ -371,7 +371,7 @@ def test_model_opset_below_every_kernel_says_which_opsets_exist(x: np.ndarray):
 
 def test_broken_entry_point_is_a_plugin_error_naming_it(tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch,
-                                                        fresh_default_runtime: None):
+                                                        fresh_default_plugins: None):
     write_dist_info(tmp_path, "broken-plugin", {"broken": "no_such_module_for_onnx_ep_tests"})
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv(manager.PLUGINS_ENV, "broken")
@@ -386,7 +386,7 @@ def test_broken_entry_point_is_a_plugin_error_naming_it(tmp_path: Path,
 
 def test_entry_point_plugins_are_named_after_the_entry_point(tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch,
-                                                            fresh_default_runtime: None):
+                                                            fresh_default_plugins: None):
     pkg = tmp_path / "ep_plugin_for_onnx_ep_tests.py"
     pkg.write_text(
         "import onnx_ep\n"
@@ -397,15 +397,15 @@ def test_entry_point_plugins_are_named_after_the_entry_point(tmp_path: Path,
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "ep_plugin_for_onnx_ep_tests", raising=False)
     monkeypatch.setenv(manager.PLUGINS_ENV, "shortname")
-    runtime = manager.default_plugins()
-    assert "shortname" in runtime.plugin_names
-    (err,) = runtime.errors
+    plugin_set = manager.default_plugins()
+    assert "shortname" in plugin_set.plugin_names
+    (err,) = plugin_set.errors
     assert err.plugin == "shortname" and "entry point plugin bug" in str(err)
-    assert runtime.registry.kernel_counts() == _builtin_counts()
+    assert plugin_set.registry.kernel_counts() == _builtin_counts()
 
 
-def test_default_runtime_is_built_once_per_plugins_env_value(monkeypatch: pytest.MonkeyPatch,
-                                                             fresh_default_runtime: None):
+def test_default_plugins_are_built_once_per_plugins_env_value(monkeypatch: pytest.MonkeyPatch,
+                                                             fresh_default_plugins: None):
     monkeypatch.setenv(manager.PLUGINS_ENV, "none")
     a = manager.default_plugins()
     assert manager.default_plugins() is a
@@ -416,7 +416,7 @@ def test_default_runtime_is_built_once_per_plugins_env_value(monkeypatch: pytest
     assert manager.default_plugins() is a
 
 
-def test_in_process_plugins_get_a_fresh_runtime(fresh_default_runtime: None):
+def test_in_process_plugins_get_a_fresh_plugin_set(fresh_default_plugins: None):
     plugin = KernelPlugin([(PlainKernel(KEY), "cpu_reference")])
     rt = manager.plugins_for([plugin])
     assert rt is not manager.default_plugins()
@@ -425,9 +425,9 @@ def test_in_process_plugins_get_a_fresh_runtime(fresh_default_runtime: None):
 
 
 def test_builtins_register_through_the_same_hooks():
-    runtime = manager.build_plugins(entry_points=False)
-    assert runtime.errors == []
-    assert runtime.registry.provider_plugin("cpu_reference") == "onnx_ep.providers.cpu_reference"
-    assert set(manager.BUILTIN_PLUGINS) <= set(runtime.plugin_names)
+    plugin_set = manager.build_plugins(entry_points=False)
+    assert plugin_set.errors == []
+    assert plugin_set.registry.provider_plugin("cpu_reference") == "onnx_ep.providers.cpu_reference"
+    assert set(manager.BUILTIN_PLUGINS) <= set(plugin_set.plugin_names)
     assert all(e.plugin == "onnx_ep.providers.cpu_reference"
-               for e in runtime.registry.entries("cpu_reference"))
+               for e in plugin_set.registry.entries("cpu_reference"))
