@@ -17,9 +17,8 @@ from typing import Any
 import attrs
 
 from onnx_ep.core.kernel import CaptureSupport
+from onnx_ep.core.placement import HOST
 from onnx_ep.errors import KernelContractError
-
-HOST = "cpu"
 
 
 @attrs.frozen

@@ -181,6 +181,10 @@ class DeviceMemoryAuthority:
     def available(self) -> int:
         return self.budget - self._committed
 
+    def fit(self, nbytes: int) -> Fit:
+        """:func:`fit` for a new request of ``nbytes`` (charged rounded to a granule), now."""
+        return fit(self.round_up(nbytes), budget=self.budget, committed=self._committed)
+
     def reserve(self, nbytes: int, role: Role, holder: str) -> Reservation:
         """Charge ``nbytes`` (rounded to a granule) to ``holder`` under ``role``.
 

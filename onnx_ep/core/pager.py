@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import collections
 import threading
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -45,7 +44,6 @@ from onnx_ep.core.memory import (
     Role,
     align_up,
     allocate_host,
-    fit,
 )
 from onnx_ep.errors import CapacityUnavailable, PlanError
 
@@ -131,8 +129,7 @@ class DevicePager:
             n_window = min(n_pages, max(need, free // 2 // P))
         else:
             n_window = min(n_pages, int(window_bytes) // P)
-        if n_window < need or fit(authority.round_up(n_window * P), budget=authority.budget,
-                                  committed=authority.committed) is not Fit.FITS:
+        if n_window < need or authority.fit(n_window * P) is not Fit.FITS:
             fits = authority.budget - free + need * P
             where = (f"the streaming window is {int(window_bytes)} bytes"
                      if window_bytes is not None and n_window < need else
@@ -323,8 +320,7 @@ class WeightStore:
         total = sum(self._sizes.values())
         if window_bytes is None:
             window_bytes = min(total, max(need, authority.available // 2))
-            if fit(authority.round_up(window_bytes), budget=authority.budget,
-                   committed=authority.committed) is not Fit.FITS:
+            if authority.fit(window_bytes) is not Fit.FITS:
                 raise CapacityUnavailable(
                     f"{holder}: one step reads {need} weight bytes at once but only "
                     f"{authority.available} bytes of the {authority.budget}-byte budget on "
@@ -337,7 +333,7 @@ class WeightStore:
                 requested=need, available=window_bytes, holder=holder)
         self.window_bytes = int(window_bytes)
         self.reservation: Reservation = authority.reserve(self.window_bytes, Role.WEIGHTS, holder)
-        self._resident: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._resident: collections.OrderedDict[int, np.ndarray] = collections.OrderedDict()
         self._used = 0
         self._lock = threading.Lock()
         self.page_ins = self.evictions = self.bytes_moved = 0
