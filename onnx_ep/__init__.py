@@ -23,7 +23,8 @@ _EXPORTS: dict[str, str] = {
     **{name: "onnx_ep.core.kernel" for name in (
         "Aliases", "Binds", "CaptureSupport", "ExecutionContext", "InfersOutputs", "Kernel",
         "NodeMeta", "OpKey", "Parity", "Support", "SupportsNode", "TensorSpec",
-        "WorkspaceLifetime", "WorkspaceRequirement", "WorkspaceView", "check_kernel")},
+        "WorkspaceLifetime", "WorkspaceRequirement", "WorkspaceView", "check_kernel",
+        "uncaptured_route")},
     **{name: "onnx_ep.core.provider" for name in (
         "DeviceAllocation", "DeviceRuntime", "Provider", "StableRegion")},
     **{name: "onnx_ep.core.admission" for name in (
@@ -89,6 +90,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
         WorkspaceRequirement,
         WorkspaceView,
         check_kernel,
+        uncaptured_route,
     )
     from onnx_ep.core.memory import Fit, LedgerView, MemoryPolicy
     from onnx_ep.core.options import RunOptions, SessionOptions

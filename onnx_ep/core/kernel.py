@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 import attrs
 import numpy as np
@@ -166,6 +166,29 @@ class CaptureSupport:
 
 
 CaptureSupport.SUPPORTED = CaptureSupport(True)
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def uncaptured_route(reason: str) -> Callable[[_F], _F]:
+    """Mark a function or method as a route that is never taken while the stream captures.
+
+    The capture audit (``onnx_ep.testing.capture_audit``) skips the marked function and
+    does not follow calls out of it, so the route may synchronize, allocate or copy to or
+    from the host. The kernel's :meth:`~Kernel.capture_support` must answer
+    :meth:`CaptureSupport.unsupported` whenever this route runs (for example after the
+    first run took it); the audit cannot check that, the kernel author promises it.
+    Sets ``__onnx_ep_uncaptured__ = reason`` on the function and returns it unchanged::
+
+        @uncaptured_route("dynamic shapes: sizes are read back to the host")
+        def _read_sizes(self, ctx, x): ...
+
+    :param reason: why the route cannot be captured (shown to readers of the kernel).
+    """
+    def mark(fn: _F) -> _F:
+        fn.__onnx_ep_uncaptured__ = reason  # type: ignore[attr-defined]
+        return fn
+    return mark
 
 
 class WorkspaceLifetime(enum.Enum):
