@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from onnx_ep.core.capture import Record
 from onnx_ep.core.graph import Graph
 from onnx_ep.core.kernel import ExecutionContext, WorkspaceView
 from onnx_ep.core.placement import HOST, place
@@ -45,7 +46,8 @@ class Executor:
             cancel: Callable[[], bool] | None = None,
             weights: Any = None,
             prebound: Sequence[tuple[Any, ...]] | None = None,
-            skip: frozenset[int] = frozenset()) -> list[Any]:
+            skip: frozenset[int] = frozenset(),
+            capture: Any = None) -> list[Any]:
         """Execute ``program`` and return its graph outputs in order.
 
         :param inputs: one value per graph input, in order.
@@ -58,6 +60,8 @@ class Executor:
         :param prebound: per step, the device tensors its outputs are written into.
         :param skip: indices of copy steps not to run: their output is their input (the
             downloads of outputs a caller wants on the device).
+        :param capture: a :class:`~onnx_ep.core.capture.PlanCapture` whose schedule this
+            run follows: recorded segments replay as graphs, the rest runs step by step.
         """
         # two spare slots: n_slots receives outputs the graph does not use (slot -1 of an
         # output), n_slots + 1 stays None and is what a missing optional input (-1) reads;
@@ -74,10 +78,13 @@ class Executor:
         pb = prebound if prebound is not None else program.no_prebound
         i = 0
         where = [0]                   # the general loop's current step, for error messages
-        fast = cancel is None and weights is None and not skip and program.fast is not None
+        fast = (cancel is None and weights is None and not skip and capture is None
+                and program.fast is not None)
         try:
             with np.errstate(all="ignore"):   # ONNX defines inf/nan results; no warnings
-                if fast:
+                if capture is not None:
+                    self._run_schedule(program, env, wsl, pb, capture, cancel, where, skip)
+                elif fast:
                     # one and two inputs / one output spelled out: a comprehension or zip
                     # per step costs more than the branch (a frame per listcomp before 3.12)
                     for i, (call, ctx, ins, outs, frees) in enumerate(program.fast):
@@ -140,6 +147,47 @@ class Executor:
             if weights is not None:
                 for s in step.const_reads:   # the window owns paged weights, not the run
                     env[s] = None
+
+    def _run_schedule(self, program: Program, env: list[Any],
+                      wsl: Sequence[WorkspaceView | None], pb: Sequence[tuple[Any, ...]],
+                      capture: Any, cancel: Callable[[], bool] | None, where: list[int],
+                      skip: frozenset[int]) -> None:
+        """The loop of a captured plan: step indices run eagerly, recorded segments replay,
+        segments not recorded yet are recorded (and run eagerly when recording fails)."""
+        steps = program.steps
+        trash = program.n_slots
+
+        def run_step(i: int) -> None:
+            where[0] = i
+            step = steps[i]
+            args = [env[s] for s in step.in_slots]
+            if i in skip:           # a skipped copy: its output is its input
+                env[step.out_slots[0]] = args[0]
+            else:
+                outs = list(pb[i])
+                ctx = step.ctx if not step.has_subgraphs else self._scoped_ctx(step, env)
+                step.call(ctx, args, outs, wsl[i])
+                for s, v in zip(step.out_slots, outs):
+                    env[s if s >= 0 else trash] = v
+            for s in step.frees:
+                env[s] = None
+
+        for item in capture.schedule():
+            if cancel is not None and cancel():
+                at = item if type(item) is int else item.steps[0]
+                raise RunCancelled(f"run cancelled before step {at} ({steps[at].name!r}) "
+                                   f"of {len(steps)}")
+            if type(item) is int:
+                run_step(item)
+                continue
+            where[0] = item.steps[0]
+            if type(item) is Record:
+                if capture.record(item, run_step, env):
+                    continue
+            elif capture.replay(item, env):
+                continue
+            for i in item.steps:     # not recorded, or an input moved: eagerly, this run
+                run_step(i)
 
     def _scoped_ctx(self, step: Step, env: list[Any]) -> ExecutionContext:
         """A per-call context whose ``run_subgraph`` sees this run's outer-scope values."""

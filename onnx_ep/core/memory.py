@@ -33,6 +33,7 @@ class Role(enum.Enum):
     WORKSPACE_STEP = "workspace_step"
     WORKSPACE_SESSION = "workspace_session"
     STAGING = "staging"
+    GRAPHS = "graphs"            #: instantiated CUDA graphs (core/capture.py)
 
 
 def align_up(nbytes: int, alignment: int) -> int:

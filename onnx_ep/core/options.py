@@ -17,6 +17,8 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+#: what ``capture=`` accepts (core/capture.py)
+CAPTURE_MODES = ("auto", "off", "require")
 
 
 def _providers(value: Any) -> tuple[str, ...] | None:
@@ -38,6 +40,16 @@ def _log_level(inst: Any, attribute: attrs.Attribute[Any], value: str | None) ->
         raise OptionsError(f"log_level must be one of {LOG_LEVELS}, got {value!r}")
 
 
+def _capture_mode(inst: Any, attribute: attrs.Attribute[Any], value: str | None) -> None:
+    if value is not None and value not in CAPTURE_MODES:
+        raise OptionsError(f"{attribute.name} must be one of {CAPTURE_MODES}, got {value!r}")
+
+
+def _positive_count(inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise OptionsError(f"{attribute.name} must be a positive integer, got {value!r}")
+
+
 @attrs.frozen
 class SessionOptions:
     """How a :class:`Session` is built.
@@ -52,6 +64,13 @@ class SessionOptions:
         ``ONNX_EP_MEMORY_POLICY`` environment variable overrides both).
     :ivar admission: admission strategy name (``strict`` or ``headroom``).
     :ivar headroom_fraction: the fraction of the budget ``headroom`` keeps free.
+    :ivar capture: CUDA-graph capture of device plans (docs/CAPTURE.md): ``auto`` (default)
+        records each shape signature after its first run where the device can, ``off``
+        runs every step eagerly, ``require`` raises :exc:`CaptureError` when a signature
+        is planned that cannot be captured entirely.
+    :ivar capture_graphs: the most instantiated graphs the session keeps; beyond it the
+        least recently run signature's graphs are evicted (and recorded again when it
+        runs next).
     """
 
     providers: tuple[str, ...] | None = attrs.field(default=None, converter=_providers)
@@ -60,6 +79,8 @@ class SessionOptions:
     memory_policy: str | None = None
     admission: str | None = None
     headroom_fraction: float = 0.1
+    capture: str = attrs.field(default="auto", validator=_capture_mode)
+    capture_graphs: int = attrs.field(default=64, validator=_positive_count)
 
     @classmethod
     def from_toml(cls, path: str | os.PathLike[str]) -> SessionOptions:
@@ -92,11 +113,18 @@ class RunOptions:
     """Per-run options, like onnxruntime's ``RunOptions``.
 
     Set :attr:`terminate` (from another thread) to cancel a run between steps;
-    the run raises :exc:`RunCancelled` and releases its reservations.
+    the run raises :exc:`RunCancelled` and releases its reservations. Set :attr:`capture`
+    to ``"off"`` to run this run eagerly (``None``, the default, follows the session's
+    ``capture`` option), e.g. to compare captured and eager runs in one process.
     """
 
-    def __init__(self, *, tag: str = "", terminate: bool = False) -> None:
+    def __init__(self, *, tag: str = "", terminate: bool = False,
+                 capture: str | None = None) -> None:
+        if capture is not None and capture not in ("auto", "off"):
+            raise OptionsError(f"RunOptions.capture must be 'auto', 'off' or None, got "
+                               f"{capture!r}")
         self.tag = tag
+        self.capture = capture
         self._terminate = threading.Event()
         if terminate:
             self._terminate.set()

@@ -123,6 +123,10 @@ def place(graph: Graph, registry: KernelRegistry, providers: Sequence[str],
         device_of[name] = HOST
     steps: list[PlacedNode | CopyStep] = []
     uploads: list[CopyStep] = []
+    # a feed's copy to a device goes first: the plan's input slots are filled before any
+    # kernel runs, so no copy splits the device steps into several capture segments
+    feeds: list[PlacedNode | CopyStep] = []
+    graph_inputs = {v.name for v in graph.inputs}
     copies: dict[tuple[str, str], str] = {}
 
     def on(name: str, device: str) -> str:
@@ -135,7 +139,8 @@ def place(graph: Graph, registry: KernelRegistry, providers: Sequence[str],
             dst = f"{name}@{device}"
             copy = CopyStep(name, dst, src_dev, device,
                             device_provider[device if device != HOST else src_dev])
-            (uploads if name in graph.initializers else steps).append(copy)
+            (uploads if name in graph.initializers
+             else feeds if name in graph_inputs else steps).append(copy)
             copies[key] = dst
             device_of[dst] = device
         return copies[key]
@@ -154,4 +159,4 @@ def place(graph: Graph, registry: KernelRegistry, providers: Sequence[str],
             if o:
                 device_of[o] = prov.device
     outputs = {v.name: on(v.name, HOST) for v in graph.outputs}
-    return Placement(steps, uploads, outputs)
+    return Placement(feeds + steps, uploads, outputs)

@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 
 from onnx_ep.core.admission import AdmissionRequest, admit, reserve_for_run, strategy_name
-from onnx_ep.core.capture import segment
+from onnx_ep.core.capture import SessionCapture
 from onnx_ep.core.device_binding import DeviceBinding
 from onnx_ep.core.executor import Executor
 from onnx_ep.core.feeds import FeedBinder
@@ -107,6 +107,8 @@ class Session:
         self._output_index = {v.name: i for i, v in enumerate(self._graph.outputs)}
         self.stats: dict[str, int] = {"plans": 0, "runs": 0, "plan_cache_hits": 0}
         self._run_ids = itertools.count(1)
+        self._capture = SessionCapture(self.options.capture, self.options.capture_graphs,
+                                       self.holder)
         try:
             self._setup_memory()
         except BaseException:
@@ -210,7 +212,8 @@ class Session:
         # its own lock, so a streaming run does not hold up planning (self._lock)
         self._serial: Any = (self._run_lock if self._weights is not None
                              or self._device is not None else contextlib.nullcontext())
-        self._finalizer = weakref.finalize(self, _release_all, self._held, self._device)
+        self._finalizer = weakref.finalize(self, _release_all, self._held, self._device,
+                                           self._plans)
 
     def _static_peak(self) -> int:
         """Plan now when every input shape is static; the plan's bytes, else 0 (unknown)."""
@@ -246,22 +249,20 @@ class Session:
                 "policy": {"name": self.memory_policy.name,
                            "streaming": bool(self.memory_policy.streams),
                            "counters": self.memory_policy.counters()},
-                "admission": strategy_name(self._admission), "plans": plans}
+                "admission": strategy_name(self._admission), "plans": plans,
+                "capture": self.capture_report()}
 
     def capture_report(self) -> dict[str, Any]:
-        """Per planned signature on a device: the capture segments and the seams between
-        them with their reasons (``core/capture.py``), once that signature has run once.
+        """CUDA-graph capture per planned signature on a device (docs/CAPTURE.md).
 
-        JSON-ready. A host-only session has no device plans, so ``plans`` is empty.
+        Each plan, once its signature has run once: its state (``pending``, ``recorded``,
+        ``eager`` after too many failed recordings, ``declined``), segments (first and last
+        step, node count, recorded or not), seams with their classified reasons, records,
+        replays and recording failures (node, kernel class, error). The session part: the
+        mode, the quarantined nodes with their errors, the graphs held, the bound and the
+        evictions. JSON-ready; a host-only session has no device plans.
         """
-        plans = []
-        for p in list(self._plans.values()):
-            if p.capture is None:
-                continue
-            names = [st.name for st in p.program.steps]
-            plans.append({"signature": _sig_str(p.signature), "steps": len(names),
-                          **p.capture.report(names)})
-        return {"holder": self.holder, "device": self._authority.device, "plans": plans}
+        return self._capture.report(self._plans.values(), self._authority.device)
 
     # ---------------------------------------------------------------- metadata
     def get_inputs(self) -> list[NodeArg]:
@@ -361,12 +362,17 @@ class Session:
         holder = f"{self.holder}/run-{next(self._run_ids)}"
         reservations = self._admit(plan, holder)
         cancel = (lambda: run_options.terminate) if run_options is not None else None
+        cap = self._capture.for_run(plan.capture, run_options)
         try:
             workspaces = self._workspace_views(plan, reservations)
             with self._serial:
-                outs = self._executor.run(plan.program, arrays, workspaces=workspaces,
-                                          cancel=cancel, weights=self._weights,
-                                          prebound=plan.prebound, skip=skip)
+                try:
+                    outs = self._executor.run(plan.program, arrays, workspaces=workspaces,
+                                              cancel=cancel, weights=self._weights,
+                                              prebound=plan.prebound, skip=skip, capture=cap)
+                finally:
+                    if cap is not None:
+                        self._capture.after_run(signature, cap)
                 if keep and skip:
                     # the arena is reused by the next run: copy device outputs out now
                     outs = self._copy_out(plan.program, outs, keep)
@@ -377,7 +383,8 @@ class Session:
         self._last_program = plan.program
         if plan.capture is None and self._device is not None:
             # the warm-up run has taken each kernel's route: ask who may be captured now
-            plan.capture = segment(plan.program.steps)
+            plan.capture = self._capture.new_plan(plan, self._device,
+                                                  streaming=self._weights is not None)
         self._notify("onnx_ep_run_finished", session=self,
                      stats={"seconds": time.perf_counter() - t0, "planned": planned,
                             "signature": signature})
@@ -442,6 +449,7 @@ class Session:
             device = self._device
             dev = device.device if device is not None else None
             if device is None:
+                self._capture.check_host(signature, self._providers)
                 plan = plan_signature(self._program, signature, dict(specs), dev)
             else:
                 def fallback(unsized: list[str]) -> None:
@@ -458,6 +466,7 @@ class Session:
                 # nodes the device cannot size at this signature run on the host instead
                 plan = plan_with_host_fallback(self._build_program, signature, specs,
                                                device.device, fallback)
+                self._capture.check_plan(plan, device)
                 # a device plan holds its arena and workspaces for the session's life: admit
                 # the whole of it now, before any run uses it
                 ws = plan.workspace
@@ -550,7 +559,11 @@ def _into(target: Tensor, value: Any, name: str) -> Tensor:
     return target
 
 
-def _release_all(reservations: list[Reservation], device: DeviceBinding | None) -> None:
+def _release_all(reservations: list[Reservation], device: DeviceBinding | None,
+                 plans: dict[tuple[Any, ...], ExecutionPlan]) -> None:
+    for p in list(plans.values()):
+        if p.capture is not None:       # graphs before the memory their kernels read
+            p.capture.drop()
     for r in reservations:
         r.release()
     if device is not None:

@@ -53,9 +53,12 @@ def test_copies_at_the_device_boundary_are_seams_with_reasons():
         (plan,) = s.capture_report()["plans"]
         # the graph input is uploaded and the output downloaded: both are seams, the two
         # device Relus between them one segment
-        assert len(plan["segments"]) == 1 and len(plan["segments"][0]) == 2
+        assert len(plan["segments"]) == 1 and plan["segments"][0]["nodes"] == 2
+        assert plan["segments"][0]["first"] == "n0_Relu"
+        assert plan["segments"][0]["last"] == "n1_Relu"
         reasons = [seam["reason"] for seam in plan["seams"]]
         assert reasons and all("copies" in r for r in reasons)
+        assert {seam["kind"] for seam in plan["seams"]} == {"io"}
     finally:
         s.close()
 

@@ -2,7 +2,12 @@
 
 It exercises everything a real device provider relies on (copies at device
 boundaries, weights uploaded once, outputs pre-bound from the plan's arena, device
-workspaces, the device's own memory authority) on any machine.
+workspaces, the device's own memory authority, graph capture) on any machine.
+
+Capture behaves like CUDA's: while a :class:`FakeStream` records, kernels enqueue their
+work instead of doing it (nothing runs until the graph is replayed), and what CUDA refuses
+during a capture (synchronize, allocate, copy to or from the host) fails with error 900
+and invalidates the capture.
 """
 
 from __future__ import annotations
@@ -27,6 +32,11 @@ class FakeTensor:
         self.array = array
 
     @property
+    def ptr(self) -> int:
+        """The 'device address': where the bytes are (a view made anew keeps it)."""
+        return int(self.array.__array_interface__["data"][0])
+
+    @property
     def shape(self) -> tuple[int, ...]:
         return self.array.shape
 
@@ -49,6 +59,52 @@ class FakeAllocation:
         self.runtime.live -= 1
 
 
+class FakeCaptureError(RuntimeError):
+    """What the fake 'driver' raises for a call CUDA refuses during a capture."""
+
+    def __init__(self, what: str, error_name: str) -> None:
+        super().__init__(f"{what}: {error_name}")
+        self.error_name = error_name
+
+
+UNSUPPORTED = "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"
+INVALIDATED = "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED"
+
+
+class FakeStream:
+    """A stream; ``recording`` is the list of enqueued work while it captures, else None."""
+
+    def __init__(self) -> None:
+        self.id = next(_ids)
+        self.recording: list[Any] | None = None
+        self.invalid: str | None = None
+
+    def enqueue(self, work: Any) -> None:
+        """Run ``work`` now, or record it when capturing (replayed by a FakeGraph)."""
+        if self.recording is not None:
+            self.recording.append(work)
+        else:
+            work()
+
+
+class FakeGraph:
+    def __init__(self, work: list[Any]) -> None:
+        self.work = work
+        self.nodes = len(work)
+        self.replays = 0
+        self.closed = False
+
+    def replay(self, stream: FakeStream) -> None:
+        assert not self.closed, "replay of a closed graph"
+        self.replays += 1
+        for w in self.work:
+            w()
+
+    def close(self) -> None:
+        assert not self.closed, "graph closed twice"
+        self.closed = True
+
+
 class FakeRuntime:
     device = "fake:0"
     granularity = 256
@@ -61,14 +117,54 @@ class FakeRuntime:
         self.downloads = 0
         self.copies = 0
         self.regions: list[FakeRegion] = []
+        self.graphs: list[FakeGraph] = []
+        self.capturing: FakeStream | None = None
 
     def budget(self) -> int:
         return self._budget
 
     def new_stream(self) -> Any:
-        return ("fake-stream", next(_ids))
+        return FakeStream()
+
+    def _refuse(self, what: str) -> None:
+        """CUDA's answer to an unsafe call while a stream captures: 900, capture invalid."""
+        s = self.capturing
+        if s is not None:
+            s.invalid = INVALIDATED
+            raise FakeCaptureError(what, UNSUPPORTED)
+
+    # -- capture (the optional DeviceRuntime methods) --
+    def begin_capture(self, stream: FakeStream) -> None:
+        assert stream.recording is None and self.capturing is None, "nested capture"
+        stream.recording, stream.invalid = [], None
+        self.capturing = stream
+
+    def capture_failure(self, stream: FakeStream) -> str | None:
+        return stream.invalid
+
+    def end_capture(self, stream: FakeStream) -> FakeGraph:
+        work, invalid = stream.recording, stream.invalid
+        stream.recording, stream.invalid, self.capturing = None, None, None
+        assert work is not None, "end_capture without begin_capture"
+        if invalid:
+            raise FakeCaptureError("cuStreamEndCapture", invalid)
+        g = FakeGraph(work)
+        self.graphs.append(g)
+        return g
+
+    def abort_capture(self, stream: FakeStream) -> None:
+        stream.recording, stream.invalid, self.capturing = None, None, None
+
+    def graph_bytes(self, nodes: int) -> int:
+        return 1024 + 64 * nodes
+
+    def malloc(self, nbytes: int) -> np.ndarray:
+        """A driver allocation behind the authority's back (what a lying kernel does)."""
+        self._refuse("cuMemAlloc")
+        return np.empty(nbytes, np.uint8)
 
     def allocate(self, reservation: Any) -> FakeAllocation:
+        self._refuse("cuMemAlloc")
         assert not reservation.released
         self.allocations += 1
         self.live += 1
@@ -81,22 +177,24 @@ class FakeRuntime:
 
     def upload(self, array: np.ndarray, out: FakeTensor, stream: Any) -> FakeTensor:
         assert isinstance(out, FakeTensor) and out.shape == array.shape
+        self._refuse("cuMemcpyHtoDAsync from pageable memory")
         np.copyto(out.array, array)
         self.uploads += 1
         return out
 
     def download(self, tensor: FakeTensor, stream: Any) -> np.ndarray:
         assert isinstance(tensor, FakeTensor)
+        self._refuse("cuMemcpyDtoH")
         self.downloads += 1
         return tensor.array.copy()
 
     def synchronize(self, stream: Any) -> None:
-        pass
+        self._refuse("cuStreamSynchronize")
 
     def copy(self, src: FakeTensor, dst: FakeTensor, stream: Any) -> FakeTensor:
         assert isinstance(src, FakeTensor) and isinstance(dst, FakeTensor)
         assert src.shape == dst.shape and src.dtype == dst.dtype
-        np.copyto(dst.array, src.array)
+        stream.enqueue(lambda: np.copyto(dst.array, src.array))
         self.copies += 1
         return dst
 
@@ -229,7 +327,12 @@ class FakeKernel:
             assert workspace is not None and isinstance(workspace.buffer, FakeTensor)
             assert workspace.buffer.array.nbytes == self.scratch
         self.calls += 1
-        outputs[0].array[...] = self.fn(*[x.array for x in inputs])
+        out, fn, arrays = outputs[0].array, self.fn, [x.array for x in inputs]
+
+        def work() -> None:
+            out[...] = fn(*arrays)
+
+        ctx.stream.enqueue(work)       # recorded, not run, while the stream captures
 
 
 class FakeReshape(FakeKernel):

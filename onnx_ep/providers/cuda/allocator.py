@@ -55,6 +55,7 @@ from onnx_ep.core.memory import DeviceMemoryAuthority, Reservation, Role, author
 from onnx_ep.errors import CudaError, MemoryBudgetError
 from onnx_ep.providers.cuda.device import Device
 from onnx_ep.providers.cuda.driver import check, driver
+from onnx_ep.providers.cuda.graphs import refuse_while_capturing
 
 #: ledger granule for cuMemAlloc blocks (see the module docstring)
 BLOCK_GRANULARITY = 512
@@ -284,6 +285,7 @@ class CudaAllocator:
         :raises CudaError: the driver refused (CUDA_ERROR_OUT_OF_MEMORY when
             other processes took the memory); the ledger is unchanged.
         """
+        refuse_while_capturing("allocate device memory")
         self._drain_pending()
         capacity = round_block(nbytes)
         if capacity == 0:
@@ -315,6 +317,7 @@ class CudaAllocator:
 
         :raises CudaError: the driver refused; ``reservation`` is untouched.
         """
+        refuse_while_capturing("allocate device memory")
         self._drain_pending()
         if reservation.released:
             raise MemoryBudgetError(f"reservation {reservation.id} was released")
@@ -465,6 +468,7 @@ class CudaAllocator:
         :raises ValueError: ``nbytes`` is not a multiple of the VMM granularity.
         :raises CudaError: the driver refused; nothing is held.
         """
+        refuse_while_capturing("allocate device memory")
         self._drain_pending()
         if reservation.released:
             raise MemoryBudgetError(f"reservation {reservation.id} was released")

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from onnx_ep.providers.cuda.driver import check, driver
+from onnx_ep.providers.cuda.graphs import refuse_while_capturing
 
 if TYPE_CHECKING:
     from onnx_ep.providers.cuda.device import Stream
@@ -28,6 +29,7 @@ def copy_htod(dst_ptr: int, src: np.ndarray, stream: Stream) -> None:
     From pageable memory the driver stages the bytes before returning, so
     ``src`` may be reused once this returns.
     """
+    refuse_while_capturing("upload from the host")
     if src.nbytes:
         check(driver().cuMemcpyHtoDAsync(dst_ptr, _host_ptr(src), src.nbytes, stream.handle),
               f"cuMemcpyHtoDAsync({src.nbytes} bytes)")
@@ -38,6 +40,7 @@ def copy_dtoh(dst: np.ndarray, src_ptr: int, stream: Stream) -> None:
 
     ``dst`` is complete only after ``stream.synchronize()``.
     """
+    refuse_while_capturing("read back to the host")
     if not dst.flags.writeable:
         raise ValueError("destination array is read-only")
     if dst.nbytes:

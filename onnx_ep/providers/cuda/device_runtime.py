@@ -14,7 +14,7 @@ import numpy as np
 
 from onnx_ep.core.kernel import TensorSpec
 from onnx_ep.core.memory import Reservation
-from onnx_ep.providers.cuda import copies
+from onnx_ep.providers.cuda import copies, graphs
 from onnx_ep.providers.cuda.allocator import BLOCK_GRANULARITY, CudaAllocator, DeviceAllocation
 from onnx_ep.providers.cuda.device import Device, Stream, get_device
 from onnx_ep.providers.cuda.tensor import DeviceTensor
@@ -23,6 +23,11 @@ if TYPE_CHECKING:
     from onnx_ep.providers.cuda.paging import CudaPagedRegion
 
 _runtimes: dict[int, CudaRuntime] = {}
+
+#: what an instantiated graph is charged: a fixed part and a part per recorded step (an
+#: upper bound of the kernel-parameter and node storage the driver keeps on the device)
+GRAPH_BASE_BYTES = 64 * 1024
+GRAPH_NODE_BYTES = 2 * 1024
 
 
 def cuda_runtime(ordinal: int = 0) -> CudaRuntime:
@@ -102,6 +107,29 @@ class CudaRuntime:
         from onnx_ep.providers.cuda.paging import CudaPagedRegion
 
         return CudaPagedRegion(self.cuda_device, self.allocator, nbytes, holder)
+
+    # ------------------------------------------------------------ capture (core/capture.py)
+    def begin_capture(self, stream: Stream) -> None:
+        """Start recording ``stream`` into a CUDA graph (thread-local capture mode)."""
+        graphs.begin(stream)
+
+    def capture_failure(self, stream: Stream) -> str | None:
+        """The driver's error name when the capture on ``stream`` was invalidated."""
+        return graphs.failure(stream)
+
+    def end_capture(self, stream: Stream) -> graphs.CudaGraph:
+        """End the capture and instantiate it; ``replay(stream)`` and ``close()`` it."""
+        return graphs.end(stream)
+
+    def abort_capture(self, stream: Stream) -> None:
+        """End a failed capture, keep nothing; the stream is usable afterwards."""
+        graphs.abort(stream)
+
+    def graph_bytes(self, nodes: int) -> int:
+        """Device bytes to reserve for an instantiated graph of ``nodes`` steps: the driver
+        keeps each node's launch parameters in device memory it allocates itself, so the
+        core charges this estimate to the ledger first (docs/CAPTURE.md)."""
+        return GRAPH_BASE_BYTES + GRAPH_NODE_BYTES * nodes
 
     def reclaim(self) -> int:
         """Free the allocator's pooled blocks; bytes returned. Call on a refusal, then retry."""
