@@ -101,12 +101,12 @@ def _print_result(res: dict[str, Any]) -> None:
 
 
 def _open_session(model: Any, providers: list[str] | None,
-                  progress: _Progress) -> tuple[Any, float]:
+                  progress: _Progress, options: Any = None) -> tuple[Any, float]:
     from onnx_ep import Session
 
     progress.say("loading and placing the model...")
     t0 = time.perf_counter()
-    sess = Session(model, providers=providers or None)
+    sess = Session(model, providers=providers or None, options=options)
     return sess, time.perf_counter() - t0
 
 
@@ -201,20 +201,51 @@ def _complete_feeds(graph: Any, feeds: dict[str, Any],
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from onnx_ep import SessionOptions
+
     progress = _Progress(not args.json)
-    sess, load_s = _open_session(args.model, args.provider, progress)
+    sess, load_s = _open_session(args.model, args.provider, progress,
+                                 SessionOptions(capture=args.capture))
     feeds = _complete_feeds(sess.graph, _load_inputs(args.input), args)
     outs, timing = _timed_runs(sess, feeds, args.repeat, progress)
     res = {"model": args.model, "inputs": [
         {"name": k, "shape": list(np.shape(v)), "dtype": str(getattr(v, "dtype", type(v)))}
         for k, v in feeds.items()], **_result(sess, outs, timing, load_s)}
+    if args.capture_report:
+        res["capture"] = sess.capture_report()
     if args.json:
         print(json.dumps(res, indent=2))
     else:
         for i in res["inputs"]:
             print(f"input {i['name']}: shape {i['shape']} {i['dtype']}")
         _print_result(res)
+        if args.capture_report:
+            _print_capture(res["capture"])
     return 0
+
+
+def _print_capture(report: dict[str, Any]) -> None:
+    """The capture report in a few lines per signature."""
+    if not report["plans"]:
+        print(f"capture ({report['mode']}): no device plan (nothing to capture)")
+        return
+    for p in report["plans"]:
+        print(f"capture ({report['mode']}) {p['signature']}: {p['state']}, "
+              f"{len(p['segments'])} segments, {p['captured_steps']} of {p['steps']} steps "
+              f"captured, {len(p['seams'])} seams, {p['records']} records, "
+              f"{p['replays']} replays")
+        for seg in p["segments"]:
+            print(f"  segment {seg['first']} .. {seg['last']} ({seg['nodes']} steps"
+                  f"{', recorded' if seg.get('recorded') else ''})")
+        for seam in p["seams"]:
+            if seam["kind"] != "io":
+                print(f"  seam {seam['step']} ({seam['kind']}): {seam['reason']}")
+        for f in p["failures"]:
+            print(f"  recording failed at {f['node']} ({f['kernel']}): {f['error']}")
+        if p.get("declined") or p.get("given_up"):
+            print(f"  {p.get('declined') or p.get('given_up')}")
+    for node, why in report["quarantined"].items():
+        print(f"quarantined {node}: {why}")
 
 
 # ---------------------------------------------------------------- parity
@@ -438,6 +469,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--dim", action="append", default=[], type=_dim_arg, metavar="NAME=INT",
                      help="value of a symbolic dim for --random-inputs (repeatable)")
     run.add_argument("--seed", type=int, default=0, help="seed for --random-inputs (default: 0)")
+    run.add_argument("--capture", choices=("auto", "off", "require"), default="auto",
+                     help="CUDA-graph capture of device plans (default: auto; see "
+                          "docs/CAPTURE.md)")
+    run.add_argument("--capture-report", action="store_true",
+                     help="print the capture report after the runs (with --json: its JSON)")
     common(run, repeat=3)
     run.set_defaults(func=cmd_run)
 
