@@ -49,6 +49,7 @@ from onnx_ep.core.planner import (
     workspace_views,
 )
 from onnx_ep.core.plugin_manager import plugins_for, resolve_providers, selection
+from onnx_ep.core.tensor import HOLDER as TENSOR_HOLDER
 from onnx_ep.core.tensor import HOST, IOBinding, Tensor, device_type
 from onnx_ep.errors import FeedError, OnnxEpWarning, PlanError
 
@@ -414,6 +415,9 @@ class Session:
         io = program_io(program)
         rt, stream, dev = self._device.runtime, self._device.stream, self._device.device
         outs = list(outs)
+        fresh = self._output_block(rt, [(pos, outs[pos]) for pos, target in keep.items()
+                                        if pos in io.downloads and not isinstance(target, Tensor)
+                                        and device_type(target) == dev])
         for pos, target in keep.items():
             if pos not in io.downloads:
                 continue                      # produced on the host: handled by the caller
@@ -429,11 +433,26 @@ class Session:
                 if device_type(target) != dev:
                     raise FeedError(f"output {name!r} is wanted on {target!r} but is "
                                     f"produced on {dev}; bind it to 'cpu' or {dev!r}")
-                dst = Tensor.empty(src.shape, src.dtype, rt.device, runtime=rt)
+                dst = fresh.get(pos) or Tensor.empty(src.shape, src.dtype, rt.device,
+                                                     runtime=rt)
             rt.copy(src, dst.value, stream)
             outs[pos] = dst
         rt.synchronize(stream)
         return outs
+
+    @staticmethod
+    def _output_block(rt: Any, outs: list[tuple[int, Any]]) -> dict[int, Tensor]:
+        """New device Tensors for ``outs`` as views of one pooled block (one allocation per
+        run, not one per output); empty when the runtime has no pool."""
+        if len(outs) < 2 or not hasattr(rt, "pooled"):
+            return {}
+        offsets, total = [], 0
+        for _, v in outs:
+            offsets.append(total)
+            total += -(-TensorSpec(v.dtype, v.shape).nbytes // 256) * 256
+        block = rt.pooled(total, TENSOR_HOLDER)
+        return {pos: Tensor(rt.tensor(block, off, TensorSpec(v.dtype, v.shape)), rt.device, rt)
+                for (pos, v), off in zip(outs, offsets)}
 
     # ---------------------------------------------------------------- internals
     def _plan(self, signature: tuple[Any, ...],

@@ -95,6 +95,14 @@ class CudaRuntime:
         copies.copy_dtod(dst.ptr, src.ptr, src.nbytes, stream)
         return dst
 
+    def pooled(self, nbytes: int, holder: str) -> DeviceAllocation:
+        """A block from the allocator's pool, charged to ``holder`` until the last view of it
+        is dropped (then it goes back to the pool): the outputs a run returns on the device
+        take one such block instead of a driver allocation each."""
+        from onnx_ep.core.memory import Role
+
+        return self.allocator.allocate(nbytes, Role.ACTIVATIONS, holder)
+
     def from_dlpack(self, obj: object) -> DeviceTensor:
         """Zero-copy import of a CUDA DLPack producer, ordered before :meth:`default_stream`."""
         return DeviceTensor.from_dlpack(obj, self.default_stream())

@@ -24,9 +24,17 @@ _init_lock = threading.Lock()
 _initialized = False
 
 
+_driver: ModuleType | None = None
+
+
 def driver() -> ModuleType:
-    """The ``cuda.bindings.driver`` module, imported on first use."""
-    return importlib.import_module("cuda.bindings.driver")
+    """The ``cuda.bindings.driver`` module, imported on first use (kept once imported: every
+    launch and copy asks for it, and the import system's lookup costs microseconds)."""
+    global _driver
+    mod = _driver
+    if mod is None:
+        mod = _driver = importlib.import_module("cuda.bindings.driver")
+    return mod
 
 
 # ---------------------------------------------------------------- errors
