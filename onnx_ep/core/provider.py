@@ -128,6 +128,15 @@ class DeviceRuntime(Protocol):
     #   copy(src, dst, stream) -> dst        device-to-device copy of equal dtype/shape
     #   from_dlpack(obj) -> device tensor    zero-copy import of a DLPack producer
     #   default_stream() -> stream           the stream from_dlpack orders producers before
+    #
+    # Optional, for CUDA-graph capture (core/capture.py, docs/CAPTURE.md); without them every
+    # plan is declined:
+    #   begin_capture(stream)                 start recording the stream (this thread only)
+    #   capture_failure(stream) -> str|None   the error name once the capture is invalidated
+    #   end_capture(stream) -> graph          end and instantiate: graph.replay(stream),
+    #                                         graph.close(), graph.nodes; raises on failure
+    #   abort_capture(stream)                 end a failed capture, keep nothing, never raise
+    #   graph_bytes(steps) -> int             device bytes to charge per instantiated graph
 
 
 @attrs.frozen
