@@ -4,21 +4,28 @@ Device providers (``Provider.device != "cpu"``) supply a :class:`DeviceRuntime`;
 this module reserves every byte through the device's memory authority first and
 only then asks the runtime to back the reservation with device memory. Kernels on
 the device never allocate: their outputs arrive pre-bound as views of the plan's
-arena (see docs/MEMORY.md).
+arena, and the values folded at the plan's signature are uploaded once beside it
+(see docs/MEMORY.md).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
+from onnx_ep.core.arena import step_aliases, step_device
 from onnx_ep.core.graph import Graph
 from onnx_ep.core.kernel import TensorSpec
-from onnx_ep.core.memory import DeviceMemoryAuthority, Reservation, Role, authority_for
+from onnx_ep.core.memory import DeviceMemoryAuthority, Reservation, Role, align_up, authority_for
 from onnx_ep.core.pager import DevicePager
 from onnx_ep.core.placement import CopyStep
-from onnx_ep.core.planner import ExecutionPlan, Program, step_aliases, step_device, workspace_views
+from onnx_ep.core.planner import ExecutionPlan, Program, workspace_views
 from onnx_ep.core.provider import Provider
 from onnx_ep.errors import PlanError
+
+#: byte alignment of each folded value in its plan's block (as the weight pager's)
+FOLDED_ALIGNMENT = 256
 
 
 class PendingWeight:
@@ -146,7 +153,8 @@ class DeviceBinding:
             self.pager.check_slots(program.slot_of)
 
     def bind_plan(self, plan: ExecutionPlan) -> None:
-        """Allocate the plan's arena and workspace slots; pre-bind every device output.
+        """Allocate the plan's arena and workspace slots; pre-bind every device output;
+        upload the plan's folded device values (``plan.device_constants``) once.
 
         Held for the session's life (one stream runs one run at a time), so a cached
         signature allocates nothing.
@@ -197,6 +205,32 @@ class DeviceBinding:
         plan.device_workspaces = workspace_views(
             ws, lambda off, n: self.runtime.tensor(session_ws, off, TensorSpec("uint8", (n,))),
             lambda n: self.runtime.tensor(step_ws, 0, TensorSpec("uint8", (n,))))
+        if plan.device_constants:
+            self._upload_folded(plan)
+
+    def _upload_folded(self, plan: ExecutionPlan) -> None:
+        """Upload the plan's folded device values into one block and hand them to its
+        program's steps (``program.folded``), which read them like weights: same address on
+        every run, nothing copied during a run.
+
+        The block is charged like the plan's arena (``activations``, held by the session
+        until it closes): bytes of this one signature, not weights of the model.
+        """
+        layout: list[tuple[int, np.ndarray, TensorSpec, int]] = []
+        total = 0
+        for slot, arr in plan.device_constants.items():
+            spec = TensorSpec(arr.dtype, arr.shape)
+            layout.append((slot, arr, spec, total))
+            total += align_up(spec.nbytes, FOLDED_ALIGNMENT)
+        block = self._allocate(max(total, 1), Role.ACTIVATIONS)
+        for slot, arr, spec, off in layout:
+            tensor = self.runtime.tensor(block, off, spec)
+            if spec.nbytes:
+                # order="C" keeps a 0-d value 0-d (ascontiguousarray would make it 1-d)
+                tensor = self.runtime.upload(np.asarray(arr, order="C"), tensor, self.stream)
+            plan.program.folded[slot] = tensor
+        # as for the weights: the values are on the device before any run reads them
+        self.runtime.synchronize(self.stream)
 
     def close(self) -> None:
         """Free device memory and release every reservation (idempotent)."""

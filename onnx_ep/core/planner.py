@@ -17,6 +17,8 @@ import attrs
 import numpy as np
 import onnx
 
+from onnx_ep.core.arena import ARENA_ALIGNMENT, ArenaPlan, plan_arena
+from onnx_ep.core.folding import Folded, FoldedInputs, Folder, HostKernels
 from onnx_ep.core.graph import Graph, infer
 from onnx_ep.core.kernel import (
     ExecutionContext,
@@ -80,6 +82,9 @@ class Program:
     #: (copied per run: one list copy instead of a loop over every initializer); change a
     #: constant through :meth:`replace_constant`, which keeps both in step
     env0: list[Any] = attrs.Factory(list)
+    #: a signature's program (:func:`specialise`): folded values its steps read, by slot
+    #: (host arrays; device tensors once ``DeviceBinding.bind_plan`` uploaded them)
+    folded: dict[int, Any] = attrs.Factory(dict)
 
     def replace_constant(self, index: int, value: Any) -> None:
         """Constant ``index`` (of :attr:`constants`) becomes ``value`` (a placed weight)."""
@@ -126,20 +131,8 @@ def build_program(graph: Graph, placement: Placement, *,
             raw_steps.append((s, ins + implicit, outs))
     output_slots = [slot(placement.outputs.get(v.name, v.name)) for v in graph.outputs]
 
-    # liveness: a value dies after its last reader, unless it must survive the run
     keep = set(output_slots) | set(input_slots) | set(outer_slots) | {c for c, _ in constants}
-    last_use: dict[int, int] = {}
-    for i, (_, ins, outs) in enumerate(raw_steps):
-        for x in ins:
-            if x >= 0:
-                last_use[x] = i
-        for x in outs:
-            if x >= 0 and x not in last_use:
-                last_use[x] = i   # produced and never read: dies immediately
-    frees_at: list[list[int]] = [[] for _ in raw_steps]
-    for x, i in last_use.items():
-        if x not in keep:
-            frees_at[i].append(x)
+    frees_at = dead_after([(ins, outs) for _, ins, outs in raw_steps], keep)
 
     const_slots = {c for c, _ in constants}
     # values that are views of a constant's memory (outputs of aliasing kernels such as a
@@ -168,7 +161,7 @@ def build_program(graph: Graph, placement: Placement, *,
             ctx = ExecutionContext(_copy_meta(s), stream=streams.get(device),
                                    provider=s.provider.name)
             steps.append(Step(COPY, f"copy:{s.src}->{s.dst_device}", CopyCall(rt, s.to_host),
-                              ctx, ins, outs, tuple(frees_at[i]), copy=s,
+                              ctx, ins, outs, frees_at[i], copy=s,
                               const_reads=const_reads))
             continue
         n_explicit = len(s.inputs)
@@ -177,20 +170,76 @@ def build_program(graph: Graph, placement: Placement, *,
         scope = tuple((n, slot_of[h]) for n, h in zip(
             s.node.implicit_inputs, s.implicit or s.node.implicit_inputs))
         steps.append(Step(KERNEL, s.node.name, s.kernel.execute_with_workspace, ctx,
-                          ins[:n_explicit], outs, tuple(frees_at[i]), placed=s,
+                          ins[:n_explicit], outs, frees_at[i], placed=s,
                           scope_slots=scope, const_reads=const_reads,
                           has_subgraphs=bool(s.node.subgraphs)))
     n = len(slot_of)
-    fast = None
-    if not any(st.has_subgraphs for st in steps):
-        fast = [(st.call, st.ctx, st.in_slots, tuple(s if s >= 0 else n for s in st.out_slots),
-                 st.frees) for st in steps]
     env0: list[Any] = [None] * (n + 2)
     for c, v in constants:
         env0[c] = v
     return Program(graph, placement, steps, n, slot_of, input_slots, outer_slots,
-                   output_slots, constants, fast, [None] * len(steps),
+                   output_slots, constants, fast_loop(steps, n), [None] * len(steps),
                    [(None,) * len(st.out_slots) for st in steps], env0=env0)
+
+
+def dead_after(io: Sequence[tuple[Sequence[int], Sequence[int]]],
+               keep: set[int]) -> list[tuple[int, ...]]:
+    """Per step (``(read slots, written slots)``), the slots dead after it: a value dies
+    after its last reader (a value never read, right after its producer), unless ``keep``."""
+    last_use: dict[int, int] = {}
+    for i, (ins, outs) in enumerate(io):
+        for x in ins:
+            if x >= 0:
+                last_use[x] = i
+        for x in outs:
+            if x >= 0 and x not in last_use:
+                last_use[x] = i   # produced and never read: dies immediately
+    frees_at: list[list[int]] = [[] for _ in io]
+    for x, i in last_use.items():
+        if x not in keep:
+            frees_at[i].append(x)
+    return [tuple(f) for f in frees_at]
+
+
+def fast_loop(steps: Sequence[Step], n_slots: int) -> list[tuple[Any, ...]] | None:
+    """:attr:`Program.fast` for ``steps``: None when a step runs subgraphs."""
+    if any(st.has_subgraphs for st in steps):
+        return None
+    return [(st.call, st.ctx, st.in_slots, tuple(s if s >= 0 else n_slots for s in st.out_slots),
+             st.frees) for st in steps]
+
+
+def specialise(program: Program, folded: Folded) -> Program:
+    """``program`` at one signature, the steps in ``folded`` removed.
+
+    The shared program is untouched (other signatures run it). The new one shares its
+    slots, constants and ``env0`` (so weights placed later reach both). A remaining step
+    that reads folded values takes them from the new program's :attr:`Program.folded`
+    (:class:`~onnx_ep.core.folding.FoldedInputs`), never from the run's slots: a streaming
+    run starts from no constants, and each signature has its own values for one slot.
+    Liveness is recomputed over the remaining steps.
+    """
+    values: dict[int, Any] = {}
+    kept: list[Step] = []
+    for i, st in enumerate(program.steps):
+        if i in folded.steps:
+            continue
+        bound = tuple((j, s) for j, s in enumerate(st.in_slots) if s in folded.values)
+        if bound:
+            values.update((s, folded.values[s]) for _, s in bound)
+            st = attrs.evolve(st, call=FoldedInputs(st.call, bound, values),
+                              in_slots=tuple(-1 if s in folded.values else s
+                                             for s in st.in_slots))
+        kept.append(st)
+    keep = (set(program.output_slots) | set(program.input_slots) | set(program.outer_slots)
+            | {c for c, _ in program.constants})
+    frees = dead_after([(st.in_slots + tuple(s for _, s in st.scope_slots), st.out_slots)
+                        for st in kept], keep)
+    steps = [attrs.evolve(st, frees=f) for st, f in zip(kept, frees)]
+    return attrs.evolve(program, steps=steps, fast=fast_loop(steps, program.n_slots),
+                        no_workspaces=[None] * len(steps),
+                        no_prebound=[(None,) * len(st.out_slots) for st in steps],
+                        io=None, folded=values)
 
 
 @attrs.frozen
@@ -298,6 +347,11 @@ class ExecutionPlan:
     device_workspaces: list[Any] | None = None
     #: capture segments and seams (``core/capture.py``), set after the first run on a device
     capture: Any = None
+    #: the steps folded away at this signature and their values (``core/folding.py``)
+    folded: Folded = attrs.Factory(Folded)
+    #: folded values device steps read, by slot, as host arrays: ``DeviceBinding.bind_plan``
+    #: uploads them once into ``program.folded``
+    device_constants: dict[int, np.ndarray] = attrs.Factory(dict)
 
 
 def infer_specs(light_model: onnx.ModelProto | None, graph: Graph,
@@ -330,18 +384,30 @@ def infer_specs(light_model: onnx.ModelProto | None, graph: Graph,
 
 def plan_signature(program: Program, signature: tuple[Any, ...],
                    specs: dict[str, TensorSpec | None],
-                   device: str | None = None) -> ExecutionPlan:
-    """Ask every kernel its workspace at these shapes; compute peaks and activation sizes."""
+                   device: str | None = None, *,
+                   host_kernels: HostKernels | None = None) -> ExecutionPlan:
+    """Fold what this signature fixes, size the rest, ask every remaining kernel its
+    workspace; compute peaks and activation sizes.
+
+    Steps whose values the signature alone decides are evaluated now and removed from this
+    plan's program (:mod:`onnx_ep.core.folding`, :func:`specialise`); their values' specs
+    are filled before the steps after them are sized, so a node reading a folded ``Range``
+    is sized and stays on its device.
+
+    :param host_kernels: host kernels to evaluate nodes placed on a device; without it only
+        host-placed nodes, ``Shape`` / ``Size`` and copies fold.
+    """
     graph = program.graph
+    folder = Folder(program, host_kernels)
     per_step: list[WorkspaceRequirement] = []
-    step_peak = session_peak = 0
-    offsets: list[int] = []
-    for st in program.steps:
-        offsets.append(session_peak)
+    for i, st in enumerate(program.steps):
         if st.placed is None:
             if st.copy is not None:                   # a copy keeps its source's spec
                 specs[st.copy.dst] = specs.get(st.copy.src)
-            per_step.append(WorkspaceRequirement.NONE)
+            if not folder.visit(i, st, specs):
+                per_step.append(WorkspaceRequirement.NONE)
+            continue
+        if folder.visit(i, st, specs):
             continue
         meta = node_meta(st.placed.node, graph, specs)
         infer = getattr(st.placed.kernel, "infer_outputs", None)
@@ -360,6 +426,13 @@ def plan_signature(program: Program, signature: tuple[Any, ...],
                 f"{st.placed.kernel!r}.workspace_requirement() returned "
                 f"{type(req).__name__}, expected WorkspaceRequirement")
         per_step.append(req)
+    folded = folder.result()
+    if folded.steps:
+        program = specialise(program, folded)
+    step_peak = session_peak = 0
+    offsets: list[int] = []
+    for req in per_step:
+        offsets.append(session_peak)
         if req.lifetime is WorkspaceLifetime.SESSION_PERSISTENT:
             session_peak += align_up(req.nbytes, ARENA_ALIGNMENT)
         else:
@@ -367,29 +440,9 @@ def plan_signature(program: Program, signature: tuple[Any, ...],
     return ExecutionPlan(signature, program, specs,
                          WorkspacePlan(tuple(per_step), step_peak, session_peak,
                                        tuple(offsets)),
-                         plan_arena(program, specs, device))
-
-
-# ---------------------------------------------------------------- activation arena
-
-#: arena offsets are aligned like numpy's default allocations
-ARENA_ALIGNMENT = 64
-
-
-@attrs.frozen
-class ArenaPlan:
-    """Offsets of every activation in one arena at one shape signature.
-
-    :ivar offsets: ``{slot: byte offset}`` for activations of known size.
-    :ivar size: the arena's bytes (end of the highest placed buffer).
-    :ivar naive_bytes: sum of all activation sizes (no reuse).
-    :ivar live_peak_bytes: peak of simultaneously live bytes (the lower bound).
-    """
-
-    offsets: dict[int, int]
-    size: int
-    naive_bytes: int
-    live_peak_bytes: int
+                         plan_arena(program, specs, device), folded=folded,
+                         device_constants={s: v for s, v in program.folded.items()
+                                           if s in folded.device_slots})
 
 
 def workspace_views(ws: WorkspacePlan, session_view: Any,
@@ -408,30 +461,27 @@ def workspace_views(ws: WorkspacePlan, session_view: Any,
     return views
 
 
-def step_device(step: Step) -> str:
-    """The device a step's outputs live on."""
-    if step.copy is not None:
-        return step.copy.dst_device
-    return step.placed.device if step.placed is not None else "cpu"
-
-
 def plan_with_host_fallback(build: Any, signature: tuple[Any, ...],
                             specs: dict[str, TensorSpec | None], device: str,
-                            on_fallback: Any = None) -> ExecutionPlan:
+                            on_fallback: Any = None, *,
+                            host_kernels: HostKernels | None = None) -> ExecutionPlan:
     """Plan ``build(frozenset())`` at ``signature``; while device nodes cannot be sized, plan
     ``build(host_only)`` with them moved to the host (moving one can leave a neighbour
     unsized, so this repeats to a fixed point).
 
     :param build: ``host_only -> Program``. :param on_fallback: called with the unsized node
-        names before each re-plan (it may raise).
+        names before each re-plan (it may raise). :param host_kernels: as
+        :func:`plan_signature`'s.
     """
     host_only: frozenset[str] = frozenset()
-    plan = plan_signature(build(host_only), signature, dict(specs), device)
+    plan = plan_signature(build(host_only), signature, dict(specs), device,
+                          host_kernels=host_kernels)
     while unsized := unsized_device_steps(plan, device):
         if on_fallback is not None:
             on_fallback(unsized)
         host_only |= frozenset(unsized)
-        plan = plan_signature(build(host_only), signature, dict(specs), device)
+        plan = plan_signature(build(host_only), signature, dict(specs), device,
+                              host_kernels=host_kernels)
     return plan
 
 
@@ -454,92 +504,3 @@ def unsized_device_steps(plan: ExecutionPlan, device: str) -> list[str]:
     return [st.placed.node.name for st in plan.program.steps
             if st.placed is not None and st.placed.device == device
             and any(unsized(s) for s in (*st.in_slots, *st.out_slots))]
-
-
-def step_aliases(step: Step) -> dict[int, int]:
-    """``{output index: input index}`` for outputs that are views of an input (Reshape).
-
-    Declared by a kernel's optional ``aliases`` attribute; such outputs get no arena
-    slot: the kernel stores a view of the input, whose buffer lives as long as the view.
-    """
-    kernel = step.placed.kernel if step.placed is not None else None
-    return dict(getattr(kernel, "aliases", None) or {})
-
-
-def plan_arena(program: Program, specs: dict[str, TensorSpec | None],
-               device: str | None = None) -> ArenaPlan:
-    """Pack activations into one arena, reusing offsets when lifetimes do not overlap.
-
-    With ``device``, only values produced on that device are placed (a device session's
-    host-side values are numpy arrays, not arena bytes).
-
-    Greedy by size (largest first), each buffer at the lowest aligned offset that
-    does not overlap a placed buffer whose lifetime overlaps its own. Graph
-    inputs belong to the caller and initializers to the weights, so neither is
-    placed; graph outputs live to the end of the run.
-    """
-    name_of = {s: n for n, s in program.slot_of.items()}
-    skip = {c for c, _ in program.constants} | set(program.input_slots) | set(
-        program.outer_slots)
-    n_steps = len(program.steps)
-    start: dict[int, int] = {}
-    end: dict[int, int] = {}
-    root: dict[int, int] = {}     # alias slot -> the slot whose buffer it views
-
-    def live_until(s: int, i: int) -> None:
-        r = root.get(s, s)
-        if r in start:
-            end[r] = max(end[r], i)
-
-    for i, st in enumerate(program.steps):
-        if device is not None and step_device(st) != device:
-            for s in st.in_slots:      # a host step reading a device value keeps it alive
-                live_until(s, i)
-            continue      # a device session's arena holds only that device's values
-        aliases = step_aliases(st) if device is not None else {}
-        for s in st.in_slots:
-            live_until(s, i)
-        for j, s in enumerate(st.out_slots):
-            if s < 0 or s in skip:
-                continue
-            if j in aliases and aliases[j] < len(st.in_slots):
-                src = st.in_slots[aliases[j]]
-                root[s] = root.get(src, src)
-                live_until(s, i)
-                continue
-            start.setdefault(s, i)
-            end[s] = i
-    for s in program.output_slots:
-        live_until(s, n_steps)
-    # control-flow nodes also read outer-scope values through their subgraphs
-    for i, st in enumerate(program.steps):
-        for _, s in st.scope_slots:
-            live_until(s, i)
-
-    sizes: dict[int, int] = {}
-    for s in start:
-        spec = specs.get(name_of.get(s, ""))
-        if spec is not None and spec.is_static:
-            sizes[s] = align_up(spec.nbytes, ARENA_ALIGNMENT)
-    placed: list[tuple[int, int, int, int]] = []     # (offset, size, start, end)
-    offsets: dict[int, int] = {}
-    for s in sorted(sizes, key=lambda x: (-sizes[x], start[x])):
-        size, a, b = sizes[s], start[s], end[s]
-        conflicts = sorted((o, o + sz) for o, sz, a2, b2 in placed if a2 <= b and a <= b2)
-        offset = 0
-        for lo, hi in conflicts:
-            if offset + size <= lo:
-                break
-            offset = max(offset, hi)
-        offsets[s] = offset
-        placed.append((offset, size, a, b))
-    arena = max((o + sz for o, sz, _, _ in placed), default=0)
-    naive = sum(sizes.values())
-    # live-bytes peak over steps, with the same lifetimes
-    events = sorted([(start[s], sz) for s, sz in sizes.items()] +
-                    [(end[s] + 1, -sz) for s, sz in sizes.items()], key=lambda e: (e[0], e[1]))
-    live = live_peak = 0
-    for _, delta in events:
-        live += delta
-        live_peak = max(live_peak, live)
-    return ArenaPlan(offsets, arena, naive, live_peak)

@@ -22,10 +22,11 @@ import numpy as np
 import onnx
 
 from onnx_ep.core.admission import AdmissionRequest, admit, reserve_for_run, strategy_name
-from onnx_ep.core.capture import SessionCapture
+from onnx_ep.core.capture import SessionCapture, signature_text
 from onnx_ep.core.device_binding import DeviceBinding
 from onnx_ep.core.executor import Executor
 from onnx_ep.core.feeds import FeedBinder
+from onnx_ep.core.folding import HostKernels
 from onnx_ep.core.graph import (
     Graph,
     Value,
@@ -95,6 +96,7 @@ class Session:
         self._light = light_model_for_inference(proto)
         self._graph: Graph = build_graph(proto, self._light)
         self._executor = Executor(self._plugins.registry, self._providers)
+        self._host_kernels = HostKernels(self._plugins.registry, self._providers)
         self.holder = f"session-{next(_session_ids)}"
         self._device: DeviceBinding | None = None
         self._programs: dict[frozenset[str], Program] = {}
@@ -236,7 +238,7 @@ class Session:
 
         JSON-ready: only dicts, lists, strings and ints.
         """
-        plans = [{"signature": _sig_str(p.signature), "arena_bytes": p.arena.size,
+        plans = [{"signature": signature_text(p.signature), "arena_bytes": p.arena.size,
                   "activation_naive_bytes": p.arena.naive_bytes,
                   "activation_live_peak_bytes": p.arena.live_peak_bytes,
                   "workspace_step_bytes": p.workspace.step_peak,
@@ -442,8 +444,7 @@ class Session:
 
     @staticmethod
     def _output_block(rt: Any, outs: list[tuple[int, Any]]) -> dict[int, Tensor]:
-        """New device Tensors for ``outs`` as views of one pooled block (one allocation per
-        run, not one per output); empty when the runtime has no pool."""
+        """Device Tensors for ``outs``: views of one pooled block (not an allocation each)."""
         if len(outs) < 2 or not hasattr(rt, "pooled"):
             return {}
         offsets, total = [], 0
@@ -469,14 +470,15 @@ class Session:
             dev = device.device if device is not None else None
             if device is None:
                 self._capture.check_host(signature, self._providers)
-                plan = plan_signature(self._program, signature, dict(specs), dev)
+                plan = plan_signature(self._program, signature, dict(specs), dev,
+                                      host_kernels=self._host_kernels)
             else:
                 def fallback(unsized: list[str]) -> None:
                     if not self._executor.host_providers:
                         raise PlanError(
                             f"node(s) {', '.join(map(repr, unsized[:5]))} on {device.device}: "
                             f"an input or output size is unknown at plan time for inputs "
-                            f"{_sig_str(signature)} (it depends on values computed on the "
+                            f"{signature_text(signature)} (it depends on values computed on the "
                             f"device), and no host provider is listed to run them; add "
                             f"'cpu_reference' to providers=")
                     log.info("signature %s: node(s) %s fall back to the host: sizes unknown "
@@ -484,7 +486,8 @@ class Session:
 
                 # nodes the device cannot size at this signature run on the host instead
                 plan = plan_with_host_fallback(self._build_program, signature, specs,
-                                               device.device, fallback)
+                                               device.device, fallback,
+                                               host_kernels=self._host_kernels)
                 self._capture.check_plan(plan, device)
                 # a device plan holds its arena and workspaces for the session's life: admit
                 # the whole of it now, before any run uses it
@@ -587,11 +590,6 @@ def _release_all(reservations: list[Reservation], device: DeviceBinding | None,
         r.release()
     if device is not None:
         device.close()
-
-
-def _sig_str(signature: tuple[Any, ...]) -> str:
-    return ", ".join(f"{dt}{list(shape)}" if shape is not None else str(dt)
-                     for dt, shape in signature)
 
 
 def _node_arg(v: Value) -> NodeArg:
