@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The one GPU command: CUDA tests, the node suite on device "CUDA", parity on the demo
-# transformer and the CUDA benchmarks, with a summary table at the end.
+# The one GPU command: CUDA tests, the node suite on device "CUDA" (eager, then with every
+# case's replays checked byte for byte against eager), parity on the demo transformer and the
+# CUDA benchmarks, with a summary table at the end.
 #
 #   bash scripts/gpu-check.sh [--quick]
 #
@@ -47,6 +48,8 @@ step cuda-tests pytest_cuda.log timeout "$T" python3 -m pytest -q -m cuda tests/
   tests/core -p no:cacheprovider -rf --maxfail=300
 step node-suite-cuda node_suite_cuda.log timeout "$T" python3 -m onnx_ep.testing.node_suite \
   --device CUDA --jobs 8 --failures --json "$OUT/node_suite_cuda.json"
+step node-suite-capture node_suite_capture.log timeout "$T" python3 -m onnx_ep.testing.node_suite \
+  --device CUDA --capture --jobs 8 --failures --json "$OUT/node_suite_cuda_capture.json"
 step parity-demo parity.log timeout "$T" python3 -m onnx_ep.cli parity --provider cuda --per-node
 if [ "$QUICK" = 0 ] && [ -f benchmarks/cuda_kernels.py ]; then
   step bench-cuda bench_cuda.log timeout "$T" python3 benchmarks/cuda_kernels.py \
@@ -56,7 +59,7 @@ fi
 echo
 echo "| step | result |"
 echo "|---|---|"
-for k in kernels-compile cuda-tests node-suite-cuda parity-demo bench-cuda; do
+for k in kernels-compile cuda-tests node-suite-cuda node-suite-capture parity-demo bench-cuda; do
   [ -n "${RESULT[$k]:-}" ] && echo "| $k | ${RESULT[$k]} |"
 done
 python3 - "$OUT/node_suite_cuda.json" <<'EOF'
@@ -67,6 +70,12 @@ except (OSError, KeyError, ValueError):
     sys.exit(0)
 print(f"node suite on CUDA: {s['passed']} passed of {s['total']} "
       f"({100 * s['pass_rate']:.1f}%), {s['passed_on_device_only']} entirely on cuda")
+try:
+    c = json.load(open(sys.argv[1].replace(".json", "_capture.json")))["summary"]
+    print(f"node suite on CUDA with capture: {c['passed']} passed of {c['total']}, "
+          f"{c['captured']} replayed byte-identical to eager")
+except (OSError, KeyError, ValueError):
+    pass
 EOF
 echo "(to record the node-suite run in docs/OPERATORS.md: python -m onnx_ep.testing.docs \
 --import-cuda-results $OUT/node_suite_cuda.json --cuda-source 'GPU, date, commit' && \
