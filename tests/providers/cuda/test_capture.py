@@ -147,9 +147,13 @@ def _liar_model() -> Any:
              helper.make_node("Liar", ["a"], ["b"], name="liar", domain=DOMAIN),
              helper.make_node("Sigmoid", ["b"], ["c"], name="c"),
              helper.make_node("Add", ["c", "a"], ["y"], name="y")]
+    # onnx's shape inference cannot see through the custom op: say what it makes, so the
+    # nodes after it are sized at load and placed on the device
     g = helper.make_graph(nodes, "g",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 256])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 256])])
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 256])],
+                          value_info=[helper.make_tensor_value_info("b", TensorProto.FLOAT,
+                                                                    [8, 256])])
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
                                                helper.make_opsetid(DOMAIN, 1)])
 
