@@ -131,22 +131,25 @@ class Executor:
             if weights is not None and step.const_reads:
                 for s, v in zip(step.const_reads, weights.page_in(step.const_reads)):
                     env[s] = v
-            args = [env[s] for s in step.in_slots]
-            if i in skip:           # a skipped copy: its output is its input
-                env[step.out_slots[0]] = args[0]
-                for s in step.frees:
-                    env[s] = None
-                continue
-            outs = list(pb[i])
-            ctx = step.ctx if not step.has_subgraphs else self._scoped_ctx(step, env)
-            step.call(ctx, args, outs, wsl[i])
-            for s, v in zip(step.out_slots, outs):
-                env[s if s >= 0 else trash] = v
-            for s in step.frees:
-                env[s] = None
+            self._step(step, env, wsl[i], pb[i], i in skip, trash)
             if weights is not None:
                 for s in step.const_reads:   # the window owns paged weights, not the run
                     env[s] = None
+
+    def _step(self, step: Step, env: list[Any], workspace: WorkspaceView | None,
+              prebound: tuple[Any, ...], skipped: bool, trash: int) -> None:
+        """Run one step of the general and the captured loops over ``env``."""
+        args = [env[s] for s in step.in_slots]
+        if skipped:             # a skipped copy: its output is its input
+            env[step.out_slots[0]] = args[0]
+        else:
+            outs = list(prebound)
+            ctx = step.ctx if not step.has_subgraphs else self._scoped_ctx(step, env)
+            step.call(ctx, args, outs, workspace)
+            for s, v in zip(step.out_slots, outs):
+                env[s if s >= 0 else trash] = v
+        for s in step.frees:
+            env[s] = None
 
     def _run_schedule(self, program: Program, env: list[Any],
                       wsl: Sequence[WorkspaceView | None], pb: Sequence[tuple[Any, ...]],
@@ -159,18 +162,7 @@ class Executor:
 
         def run_step(i: int) -> None:
             where[0] = i
-            step = steps[i]
-            args = [env[s] for s in step.in_slots]
-            if i in skip:           # a skipped copy: its output is its input
-                env[step.out_slots[0]] = args[0]
-            else:
-                outs = list(pb[i])
-                ctx = step.ctx if not step.has_subgraphs else self._scoped_ctx(step, env)
-                step.call(ctx, args, outs, wsl[i])
-                for s, v in zip(step.out_slots, outs):
-                    env[s if s >= 0 else trash] = v
-            for s in step.frees:
-                env[s] = None
+            self._step(steps[i], env, wsl[i], pb[i], i in skip, trash)
 
         for item in capture.schedule():
             if cancel is not None and cancel():

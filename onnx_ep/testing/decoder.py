@@ -36,7 +36,7 @@ def build_decoder(cfg: dict[str, int] = TINY, dtype: Any = np.float32,
     dt = np.dtype(dtype)
     et = helper.np_dtype_to_tensor_dtype(dt)
     rng = np.random.default_rng(seed)
-    H, L, NH, KV, D, I, V, T = (cfg[k] for k in (
+    H, L, NH, KV, D, FF, V, T = (cfg[k] for k in (
         "hidden", "layers", "heads", "kv_heads", "head_dim", "inter", "vocab", "max_len"))
     nodes: list[onnx.NodeProto] = []
     inits: list[onnx.TensorProto] = []
@@ -92,9 +92,9 @@ def build_decoder(cfg: dict[str, int] = TINY, dtype: Any = np.float32,
         a = op("Reshape", op("Transpose", a, perm=[0, 2, 1, 3]), const([0, 0, NH * D]))
         x = op("Add", x, op("MatMul", a, weight(f"o{i}", NH * D, NH * D, H)))
         h = rms(x, const(np.ones(H), dt))
-        g = op("MatMul", h, weight(f"gate{i}", H, H, I))
-        m = op("Mul", op("Mul", g, op("Sigmoid", g)), op("MatMul", h, weight(f"up{i}", H, H, I)))
-        x = op("Add", x, op("MatMul", m, weight(f"down{i}", I, I, H)))
+        g = op("MatMul", h, weight(f"gate{i}", H, H, FF))
+        m = op("Mul", op("Mul", g, op("Sigmoid", g)), op("MatMul", h, weight(f"up{i}", H, H, FF)))
+        x = op("Add", x, op("MatMul", m, weight(f"down{i}", FF, FF, H)))
     op("MatMul", rms(x, const(np.ones(H), dt)), weight("lm_head", H, H, V), out="logits")
 
     vi = helper.make_tensor_value_info
