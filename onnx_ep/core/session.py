@@ -435,8 +435,9 @@ class Session:
                 if device_type(target) != dev:
                     raise FeedError(f"output {name!r} is wanted on {target!r} but is "
                                     f"produced on {dev}; bind it to 'cpu' or {dev!r}")
-                dst = fresh.get(pos) or Tensor.empty(src.shape, src.dtype, rt.device,
-                                                     runtime=rt)
+                dst = fresh.get(pos)
+                if dst is None:
+                    dst = Tensor.empty(src.shape, src.dtype, rt.device, runtime=rt)
             rt.copy(src, dst.value, stream)
             outs[pos] = dst
         rt.synchronize(stream)
