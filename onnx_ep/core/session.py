@@ -35,7 +35,7 @@ from onnx_ep.core.graph import (
     load_model,
 )
 from onnx_ep.core.kernel import TensorSpec, WorkspaceView
-from onnx_ep.core.memory import Reservation, Role, allocate_host, authority_for
+from onnx_ep.core.memory import Reservation, Role, align_up, allocate_host, authority_for
 from onnx_ep.core.options import RunOptions, SessionOptions
 from onnx_ep.core.pager import WeightStore
 from onnx_ep.core.placement import place
@@ -451,7 +451,7 @@ class Session:
         offsets, total = [], 0
         for _, v in outs:
             offsets.append(total)
-            total += -(-TensorSpec(v.dtype, v.shape).nbytes // 256) * 256
+            total += align_up(TensorSpec(v.dtype, v.shape).nbytes, 256)
         block = rt.pooled(total, TENSOR_HOLDER)
         return {pos: Tensor(rt.tensor(block, off, TensorSpec(v.dtype, v.shape)), rt.device, rt)
                 for (pos, v), off in zip(outs, offsets)}
