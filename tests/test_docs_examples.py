@@ -3,7 +3,8 @@
 Plugin authors copy these examples, so an example that reaches into an internal module
 (``onnx_ep.core.admission``, ``onnx_ep.plugins.policies``) teaches them to depend on
 something that may move. The public modules are the package itself, ``onnx_ep.errors``,
-the contract files (``core/kernel.py``, ``core/provider.py``, ``core/hookspecs.py``), the
+the contract files (``core/kernel.py``, ``core/provider.py``, ``core/hookspecs.py``,
+``core/fusion.py``), the
 CUDA provider's package and the parity harness.
 """
 
@@ -18,8 +19,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PUBLIC = {"onnx_ep", "onnx_ep.errors", "onnx_ep.core.kernel", "onnx_ep.core.provider",
-          "onnx_ep.core.hookspecs", "onnx_ep.providers.cuda", "onnx_ep.testing",
-          "onnx_ep.testing.parity"}
+          "onnx_ep.core.hookspecs", "onnx_ep.core.fusion", "onnx_ep.providers.cuda",
+          "onnx_ep.testing", "onnx_ep.testing.parity"}
 DOCS = sorted([REPO / "README.md", *(REPO / "docs").glob("*.md")])
 FENCE = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 

@@ -17,7 +17,7 @@ from onnx_ep.core.capture import Record
 from onnx_ep.core.graph import Graph
 from onnx_ep.core.kernel import ExecutionContext, WorkspaceView
 from onnx_ep.core.placement import HOST, place
-from onnx_ep.core.planner import Program, Step, build_program
+from onnx_ep.core.planner import Program, Step, build_program, program_io
 from onnx_ep.core.registry import KernelRegistry
 from onnx_ep.errors import KernelContractError, NodeError, OnnxEpError, RunCancelled
 
@@ -73,6 +73,8 @@ class Executor:
         if outer is not None:
             for name, s in zip(program.graph.outer_names, program.outer_slots):
                 env[s] = outer[name]
+        if prebound is not None:
+            skip = skip | copy_feeds(program, env, prebound)
         steps = program.steps
         wsl = workspaces if workspaces is not None else program.no_workspaces
         pb = prebound if prebound is not None else program.no_prebound
@@ -201,3 +203,46 @@ class Executor:
         return ExecutionContext(step.ctx.node, stream=step.ctx.stream,
                                 provider=step.ctx.provider, run_subgraph=run_subgraph,
                                 scope=scope)
+
+
+def copy_feeds(program: Program, env: list[Any],
+               prebound: Sequence[tuple[Any, ...]]) -> frozenset[int]:
+    """Copy the feeds already on the device into their planned input buffers in one call
+    of the runtime's optional ``copy_many``; the indices of the copy steps it did.
+
+    A decode step binds tens of device feeds (the KV cache); one copy each is a launch and
+    several µs of host time. The feed's slot is pointed at its copy, so the skipped step
+    (whose output is its input) leaves the planned buffer in place for the steps after it.
+    """
+    jobs: list[tuple[Any, Any]] = []
+    done: list[int] = []
+    rt = stream = None
+    for i in program_io(program).uploads:
+        st = program.steps[i]
+        src, dst = env[st.in_slots[0]], prebound[i][0]
+        call = st.call
+        if dst is None or src is None or isinstance(src, np.ndarray) or not hasattr(
+                getattr(call, "runtime", None), "copy_many"):
+            continue
+        if rt is not None and call.runtime is not rt:
+            continue
+        rt, stream = call.runtime, st.ctx.stream
+        jobs.append((src, dst))
+        done.append(i)
+    if len(jobs) < 2:
+        return frozenset()
+    assert rt is not None
+    rt.copy_many(jobs, stream)
+    for i, (_, dst) in zip(done, jobs):
+        env[program.steps[i].in_slots[0]] = dst
+    return frozenset(done)
+
+
+def copy_all(runtime: Any, pairs: Sequence[tuple[Any, Any]], stream: Any) -> None:
+    """Device-to-device copies ``(src, dst)`` through the runtime's optional ``copy_many``
+    (one launch for many buffers), else one ``copy`` each."""
+    if len(pairs) > 1 and hasattr(runtime, "copy_many"):
+        runtime.copy_many(pairs, stream)
+        return
+    for src, dst in pairs:
+        runtime.copy(src, dst, stream)

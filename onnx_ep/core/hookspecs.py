@@ -10,6 +10,7 @@ See docs/PLUGINS.md.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pluggy
@@ -61,6 +62,18 @@ def onnx_ep_register_kernels(register: RegisterKernel) -> None:
     naming the plugin.
 
     :param register: callback that validates and records one kernel.
+    """
+
+
+@hookspec
+def onnx_ep_fusion_rules() -> Sequence[Any]:
+    """Graph-fusion rules to try at load, before the built-in ones (docs/FUSION.md).
+
+    Each rule has a ``name`` and ``match(anchor, view) -> Match | None``
+    (:class:`~onnx_ep.core.fusion.FusionRule`). A match is applied only where a device
+    provider of the session has a kernel that supports the fused node.
+
+    :returns: a sequence of rules (may be empty).
     """
 
 

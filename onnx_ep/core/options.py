@@ -19,6 +19,8 @@ else:  # pragma: no cover
 LOG_LEVELS = ("debug", "info", "warning", "error")
 #: what ``capture=`` accepts (core/capture.py)
 CAPTURE_MODES = ("auto", "off", "require")
+#: what ``fusion=`` accepts (core/fusion.py)
+FUSION_MODES = ("auto", "off")
 
 
 def _providers(value: Any) -> tuple[str, ...] | None:
@@ -43,6 +45,11 @@ def _log_level(inst: Any, attribute: attrs.Attribute[Any], value: str | None) ->
 def _capture_mode(inst: Any, attribute: attrs.Attribute[Any], value: str | None) -> None:
     if value is not None and value not in CAPTURE_MODES:
         raise OptionsError(f"{attribute.name} must be one of {CAPTURE_MODES}, got {value!r}")
+
+
+def _fusion_mode(inst: Any, attribute: attrs.Attribute[Any], value: str) -> None:
+    if value not in FUSION_MODES:
+        raise OptionsError(f"{attribute.name} must be one of {FUSION_MODES}, got {value!r}")
 
 
 def _positive_count(inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -71,6 +78,10 @@ class SessionOptions:
     :ivar capture_graphs: the most instantiated graphs the session keeps; beyond it the
         least recently run signature's graphs are evicted (and recorded again when it
         runs next).
+    :ivar fusion: ``auto`` (default) rewrites node patterns a device provider of the
+        session runs as one kernel (an RMS norm, a rotary embedding: core/fusion.py) when
+        the session is loaded; ``off`` runs the graph node for node. Host-only sessions
+        never fuse.
     """
 
     providers: tuple[str, ...] | None = attrs.field(default=None, converter=_providers)
@@ -81,6 +92,7 @@ class SessionOptions:
     headroom_fraction: float = 0.1
     capture: str = attrs.field(default="auto", validator=_capture_mode)
     capture_graphs: int = attrs.field(default=64, validator=_positive_count)
+    fusion: str = attrs.field(default="auto", validator=_fusion_mode)
 
     @classmethod
     def from_toml(cls, path: str | os.PathLike[str]) -> SessionOptions:

@@ -249,10 +249,12 @@ class ProgramIO:
     :ivar host_read_inputs: positions of graph inputs some host step (or the output list)
         reads directly: a device feed for them must be copied to the host first.
     :ivar downloads: output position -> index of the step that copies it to the host.
+    :ivar uploads: indices of the steps that copy a graph input to a device.
     """
 
     host_read_inputs: frozenset[int]
     downloads: dict[int, int]
+    uploads: tuple[int, ...] = ()
 
 
 def program_io(program: Program) -> ProgramIO:
@@ -262,16 +264,19 @@ def program_io(program: Program) -> ProgramIO:
     pos_of = {s: i for i, s in enumerate(program.input_slots)}
     host_read: set[int] = set()
     download_of: dict[int, int] = {}          # host slot -> the copy step that fills it
+    uploads: list[int] = []
     for i, st in enumerate(program.steps):
         # a copy that reads an input is its upload (device-to-device for a device feed)
         if st.placed is not None and st.placed.device == "cpu":
             host_read.update(pos_of[s] for s in st.in_slots if s in pos_of)
         elif st.copy is not None and st.copy.to_host:
             download_of[st.out_slots[0]] = i
+        elif st.copy is not None and st.in_slots[0] in pos_of:
+            uploads.append(i)
     host_read.update(pos_of[s] for s in program.output_slots if s in pos_of)
     downloads = {pos: download_of[out] for pos, out in enumerate(program.output_slots)
                  if out in download_of}
-    program.io = ProgramIO(frozenset(host_read), downloads)
+    program.io = ProgramIO(frozenset(host_read), downloads, tuple(uploads))
     return program.io
 
 

@@ -60,6 +60,23 @@ class PluginSet:
         if self.errors:
             raise self.errors[0]
 
+    def fusion_rules(self) -> list[Any]:
+        """Plugins' fusion rules (``onnx_ep_fusion_rules``), then the built-in ones.
+
+        :raises PluginError: for a rule without a ``name`` or a ``match`` method.
+        """
+        from onnx_ep.core.fusion import BUILTIN_RULES
+
+        rules: list[Any] = []
+        for impl in self.pm.hook.onnx_ep_fusion_rules.get_hookimpls():
+            for rule in impl.function() or ():
+                if not isinstance(getattr(rule, "name", None), str) or not callable(
+                        getattr(rule, "match", None)):
+                    raise PluginError(f"fusion rule {rule!r} needs a 'name' and a "
+                                      f"match(anchor, view) method", plugin=impl.plugin_name)
+                rules.append(rule)
+        return [*rules, *BUILTIN_RULES]
+
 
 def _selected_entry_points() -> list[metadata.EntryPoint]:
     eps = list(metadata.entry_points(group=ENTRY_POINT_GROUP))

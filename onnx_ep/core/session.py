@@ -24,16 +24,11 @@ import onnx
 from onnx_ep.core.admission import AdmissionRequest, admit, reserve_for_run, strategy_name
 from onnx_ep.core.capture import SessionCapture, signature_text
 from onnx_ep.core.device_binding import DeviceBinding
-from onnx_ep.core.executor import Executor
+from onnx_ep.core.executor import Executor, copy_all
 from onnx_ep.core.feeds import FeedBinder
 from onnx_ep.core.folding import HostKernels
-from onnx_ep.core.graph import (
-    Graph,
-    Value,
-    build_graph,
-    light_model_for_inference,
-    load_model,
-)
+from onnx_ep.core.fusion import fuse
+from onnx_ep.core.graph import Graph, Value, build_graph, light_model_for_inference, load_model
 from onnx_ep.core.kernel import TensorSpec, WorkspaceView
 from onnx_ep.core.memory import Reservation, Role, align_up, allocate_host, authority_for
 from onnx_ep.core.options import RunOptions, SessionOptions
@@ -94,7 +89,9 @@ class Session:
             providers if providers is not None else self.options.providers, self._plugins)
         proto = load_model(model)
         self._light = light_model_for_inference(proto)
-        self._graph: Graph = build_graph(proto, self._light)
+        self._graph, self._fusion = fuse(build_graph(proto, self._light), self._plugins.registry,
+                                         self._providers, self._plugins.fusion_rules(),
+                                         self.options.fusion)
         self._executor = Executor(self._plugins.registry, self._providers)
         self._host_kernels = HostKernels(self._plugins.registry, self._providers)
         self.holder = f"session-{next(_session_ids)}"
@@ -253,7 +250,7 @@ class Session:
                            "streaming": bool(self.memory_policy.streams),
                            "counters": self.memory_policy.counters()},
                 "admission": strategy_name(self._admission), "plans": plans,
-                "capture": self.capture_report()}
+                "capture": self.capture_report(), "fusion": self._fusion.as_dict()}
 
     def capture_report(self) -> dict[str, Any]:
         """CUDA-graph capture per planned signature on a device (docs/CAPTURE.md).
@@ -420,6 +417,7 @@ class Session:
         fresh = self._output_block(rt, [(pos, outs[pos]) for pos, target in keep.items()
                                         if pos in io.downloads and not isinstance(target, Tensor)
                                         and device_type(target) == dev])
+        pairs: list[tuple[Any, Any]] = []
         for pos, target in keep.items():
             if pos not in io.downloads:
                 continue                      # produced on the host: handled by the caller
@@ -438,8 +436,9 @@ class Session:
                 dst = fresh.get(pos)
                 if dst is None:
                     dst = Tensor.empty(src.shape, src.dtype, rt.device, runtime=rt)
-            rt.copy(src, dst.value, stream)
+            pairs.append((src, dst.value))
             outs[pos] = dst
+        copy_all(rt, pairs, stream)
         rt.synchronize(stream)
         return outs
 

@@ -11,7 +11,9 @@ import inspect
 from typing import Any
 
 import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper
 
 import onnx_ep
 from onnx_ep import AdmissionDecision, LedgerView, NoKernelError, OpKey, Provider, SessionOptions
@@ -19,7 +21,8 @@ from onnx_ep.core import hookspecs
 from onnx_ep.core import plugin_manager as manager
 from onnx_ep.errors import OnnxEpWarning, OptionsError, PluginError, TierExhausted
 from onnx_ep.plugins.policies import POLICY_ENV
-from tests.helpers.oracle import node_model
+from tests.helpers.fake_device import FakeDevicePlugin, FakeKernel
+from tests.helpers.oracle import ORACLE_IR_VERSION, node_model
 from tests.helpers.plugins import TEST_DOMAIN, KernelPlugin, PlainKernel, custom_model
 
 HOOKS = sorted(name for name, fn in inspect.getmembers(hookspecs, inspect.isfunction)
@@ -375,3 +378,62 @@ def test_an_admit_answer_that_is_not_a_decision_is_a_plugin_error_and_the_sessio
         assert not [h for h in sess.resources()["ledger"]["by_holder"] if "/run-" in h]
     finally:
         sess.close()
+
+
+# ---------------------------------------------------------------- fusion
+
+
+class _NegNeg:
+    """A plugin's rule: Neg(Neg(x)) -> Identity(x)."""
+
+    name = "neg_neg"
+
+    def match(self, anchor, view):
+        inner = view.producer(anchor.inputs[0], "Neg") if anchor.op_type == "Neg" else None
+        if inner is None:
+            return None
+        from onnx_ep.core.fusion import Match
+        from onnx_ep.core.graph import Node
+        return Match((inner, anchor), Node(f"{anchor.name}/id", "Identity", "",
+                                           (inner.inputs[0],), anchor.outputs, {}))
+
+
+def _negneg_model() -> onnx.ModelProto:
+    vi = helper.make_tensor_value_info
+    n = helper.make_node
+    g = helper.make_graph([n("Neg", ["x"], ["a"]), n("Neg", ["a"], ["b"]),
+                           n("Add", ["b", "x"], ["y"])], "nn",
+                          [vi("x", TensorProto.FLOAT, [4])], [vi("y", TensorProto.FLOAT, [4])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)],
+                             ir_version=ORACLE_IR_VERSION)
+
+
+def test_onnx_ep_fusion_rules_adds_a_rule_a_device_session_applies():
+    class RulePlugin:
+        @onnx_ep.hookimpl
+        def onnx_ep_fusion_rules(self):
+            return [_NegNeg()]
+
+    device = FakeDevicePlugin(ops=("Add",))
+    device.kernels["id"] = FakeKernel("Identity", lambda x: x)
+    s = onnx_ep.Session(_negneg_model(), providers=["fake", "cpu_reference"],
+                        plugins=[device, RulePlugin()])
+    assert [n.op_type for n in s.graph.nodes] == ["Identity", "Add"]
+    assert s.resources()["fusion"]["fused"] == {"neg_neg": 1}
+    x = np.arange(4, dtype=np.float32)
+    np.testing.assert_array_equal(s.run(None, {"x": x})[0], 2 * x)
+    # round trip: without the plugin the pattern stays
+    plain = onnx_ep.Session(_negneg_model(), providers=["fake", "cpu_reference"],
+                            plugins=[FakeDevicePlugin(ops=("Add",))])
+    assert [n.op_type for n in plain.graph.nodes] == ["Neg", "Neg", "Add"]
+
+
+def test_onnx_ep_fusion_rules_a_rule_without_match_is_a_plugin_error():
+    class BadPlugin:
+        @onnx_ep.hookimpl
+        def onnx_ep_fusion_rules(self):
+            return [object()]
+
+    with pytest.raises(PluginError, match="fusion rule"):
+        onnx_ep.Session(_negneg_model(), providers=["fake", "cpu_reference"],
+                        plugins=[FakeDevicePlugin(ops=("Add",)), BadPlugin()])

@@ -1,0 +1,257 @@
+"""Graph fusion (core/fusion.py): the RMS-norm and rotary patterns become one node where a
+device provider claims it, and nowhere else (on the fake device, so every machine runs it)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnx_ep
+from onnx_ep.core.fusion import FUSED_DOMAIN, RmsNorm, RotaryHalf, View, fuse
+from onnx_ep.core.graph import build_graph, light_model_for_inference
+from onnx_ep.core.kernel import OpKey, Support
+from onnx_ep.errors import OptionsError
+from tests.helpers.fake_device import FakeDevicePlugin, FakeKernel
+from tests.helpers.oracle import ORACLE_IR_VERSION
+
+H, D, EPS = 8, 4, 1e-5
+F32 = np.float32
+
+
+def _rms(x, w, eps=EPS):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def _rotary(x, cos, sin):
+    half = x.shape[-1] // 2
+    return x * cos + np.concatenate([-x[..., half:], x[..., :half]], -1) * sin
+
+
+class _Fused(FakeKernel):
+    def __init__(self, domain: str, op: str, fn) -> None:
+        super().__init__(op, fn)
+        self.key = OpKey(domain, op, 1)
+
+
+def _plugin(dtype_ok=True) -> FakeDevicePlugin:
+    plugin = FakeDevicePlugin(ops=("Add", "Mul", "MatMul"))
+    rms = _Fused("", "SimplifiedLayerNormalization",
+                 lambda x, w: _rms(x.astype(np.float64), w).astype(x.dtype))
+    rot = _Fused(FUSED_DOMAIN, "RotaryHalf", lambda x, c, s: _rotary(x, c, s).astype(x.dtype))
+    if not dtype_ok:
+        rms.supports = lambda meta: Support.no("this device normalises float16 only")
+    plugin.kernels |= {"rms": rms, "rot": rot}
+    return plugin
+
+
+def _model(variant: str = "reciprocal", extra_output: str | None = None,
+           big_end: bool = False) -> onnx.ModelProto:
+    """h = rms(x) * w (written as ``variant``); y = rotary(h[.., :D]-shaped q) = rotary(q)."""
+    vi = helper.make_tensor_value_info
+    inits = [numpy_helper.from_array(np.linspace(0.5, 1.5, H).astype(F32), "w"),
+             numpy_helper.from_array(np.array(EPS, F32), "eps"),
+             numpy_helper.from_array(np.array(2.0, F32), "two"),
+             numpy_helper.from_array(np.array(1.0, F32), "one"),
+             numpy_helper.from_array(np.array([-1]), "axes"),
+             numpy_helper.from_array(np.array([0, 0, H // D, D]), "qshape"),
+             numpy_helper.from_array(np.array([0]), "s0"),
+             numpy_helper.from_array(np.array([D // 2]), "s1"),
+             numpy_helper.from_array(np.array([2**62 if big_end else D]), "s2"),
+             numpy_helper.from_array(np.array([-1]), "ax")]
+    n = helper.make_node
+    sq = (n("Mul", ["x", "x"], ["sq"]) if variant == "mulsq"
+          else n("Pow", ["x", "two"], ["sq"]))
+    nodes = [sq, n("ReduceMean", ["sq", "axes"], ["ms"], keepdims=1),
+             n("Add", ["eps", "ms"], ["var"]), n("Sqrt", ["var"], ["std"])]
+    if variant == "div":
+        nodes.append(n("Div", ["x", "std"], ["normed"]))
+    elif variant == "one_over":
+        nodes += [n("Div", ["one", "std"], ["inv"]), n("Mul", ["inv", "x"], ["normed"])]
+    else:
+        nodes += [n("Reciprocal", ["std"], ["inv"]), n("Mul", ["x", "inv"], ["normed"])]
+    nodes += [n("Mul", ["w", "normed"], ["h"]),
+              n("Reshape", ["h", "qshape"], ["q"]),
+              n("Slice", ["q", "s0", "s1", "ax"], ["q1"]),
+              n("Slice", ["q", "s1", "s2", "ax"], ["q2"]),
+              n("Neg", ["q2"], ["nq2"]),
+              n("Concat", ["nq2", "q1"], ["rot"], axis=-1),
+              n("Mul", ["q", "cos"], ["qc"]), n("Mul", ["sin", "rot"], ["rs"]),
+              n("Add", ["rs", "qc"], ["y"])]
+    outs = [vi("y", TensorProto.FLOAT, [2, 3, H // D, D])]
+    if extra_output:
+        outs.append(vi(extra_output, TensorProto.FLOAT, None))
+    g = helper.make_graph(nodes, "fusable", [vi("x", TensorProto.FLOAT, [2, 3, H]),
+                                             vi("cos", TensorProto.FLOAT, [2, 3, 1, D]),
+                                             vi("sin", TensorProto.FLOAT, [2, 3, 1, D])],
+                          outs, inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)],
+                             ir_version=ORACLE_IR_VERSION)
+
+
+def _feeds(seed=0):
+    rng = np.random.default_rng(seed)
+    return {"x": rng.standard_normal((2, 3, H)).astype(F32),
+            "cos": rng.standard_normal((2, 3, 1, D)).astype(F32),
+            "sin": rng.standard_normal((2, 3, 1, D)).astype(F32)}
+
+
+def _expected(f):
+    h = _rms(f["x"].astype(np.float64), np.linspace(0.5, 1.5, H)).reshape(2, 3, H // D, D)
+    return _rotary(h, f["cos"], f["sin"])
+
+
+def _ops(session):
+    return [(n.domain, n.op_type) for n in session.graph.nodes]
+
+
+@pytest.mark.parametrize("variant", ["reciprocal", "div", "one_over", "mulsq"])
+def test_a_device_session_fuses_rms_norm_and_rotary_and_computes_the_same(variant):
+    plugin = _plugin()
+    s = onnx_ep.Session(_model(variant), providers=["fake", "cpu_reference"], plugins=[plugin])
+    assert _ops(s) == [("", "SimplifiedLayerNormalization"), ("", "Reshape"),
+                       (FUSED_DOMAIN, "RotaryHalf")]
+    fused = s.resources()["fusion"]
+    assert fused["fused"] == {"rms_norm": 1, "rotary_half": 1} and not fused["declined"]
+    assert fused["nodes_removed"] == len(_model(variant).graph.node) - 3
+    f = _feeds()
+    for _ in range(3):                              # warm-up, record, replay
+        (y,) = s.run(None, f)
+        np.testing.assert_allclose(y, _expected(f), rtol=1e-5, atol=1e-5)
+    assert plugin.kernels["rms"].calls >= 1 and plugin.kernels["rot"].calls >= 1
+    # the reference runs the graph as written and agrees
+    ref = onnx_ep.Session(_model(variant), providers=["cpu_reference"])
+    assert len(ref.graph.nodes) == len(_model(variant).graph.node)
+    assert ref.resources()["fusion"]["fused"] == {}
+    np.testing.assert_allclose(ref.run(None, f)[0], y, rtol=1e-5, atol=1e-5)
+
+
+def test_fusion_off_keeps_every_node():
+    s = onnx_ep.Session(_model(), providers=["fake", "cpu_reference"], plugins=[_plugin()],
+                        options=onnx_ep.SessionOptions(fusion="off"))
+    assert len(s.graph.nodes) == len(_model().graph.node)
+    assert s.resources()["fusion"] == {"mode": "off", "fused": {}, "nodes_removed": 0,
+                                       "declined": []}
+    f = _feeds(1)
+    np.testing.assert_allclose(s.run(None, f)[0], _expected(f), rtol=1e-5, atol=1e-5)
+    with pytest.raises(OptionsError, match="fusion"):
+        onnx_ep.SessionOptions(fusion="always")
+
+
+def test_a_value_read_outside_the_pattern_blocks_the_fusion():
+    # 'ms' is also a graph output: removing ReduceMean would lose it
+    s = onnx_ep.Session(_model(extra_output="ms"), providers=["fake", "cpu_reference"],
+                        plugins=[_plugin()])
+    assert ("", "SimplifiedLayerNormalization") not in _ops(s)
+    assert (FUSED_DOMAIN, "RotaryHalf") in _ops(s)
+    f = _feeds(2)
+    y, ms = s.run(None, f)
+    np.testing.assert_allclose(y, _expected(f), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ms, np.mean(f["x"] ** 2, -1, keepdims=True), rtol=1e-5)
+
+
+def test_a_match_no_device_kernel_supports_is_declined_with_the_reason():
+    s = onnx_ep.Session(_model(), providers=["fake", "cpu_reference"],
+                        plugins=[_plugin(dtype_ok=False)])
+    report = s.resources()["fusion"]
+    assert report["fused"] == {"rotary_half": 1}
+    (decline,) = report["declined"]
+    assert decline["rule"] == "rms_norm" and "float16 only" in decline["reason"]
+    assert ("", "ReduceMean") in _ops(s)
+
+
+def test_rotary_slices_may_end_past_the_axis():
+    s = onnx_ep.Session(_model(big_end=True), providers=["fake", "cpu_reference"],
+                        plugins=[_plugin()])
+    assert (FUSED_DOMAIN, "RotaryHalf") in _ops(s)
+
+
+def _graph(model):
+    return build_graph(model, light_model_for_inference(model))
+
+
+def test_rules_leave_near_misses_alone():
+    g = _graph(_model())
+    view = View(g)
+    by_out = {n.outputs[0]: n for n in g.nodes}
+    assert RmsNorm().match(by_out["h"], view) is not None
+    assert RotaryHalf().match(by_out["y"], view) is not None
+    # anchored elsewhere, or on a node of another kind: no match
+    assert RmsNorm().match(by_out["normed"], view) is None
+    assert RotaryHalf().match(by_out["qc"], view) is None
+    # a rotary whose halves are swapped (Concat(x1, -x2)) is another function
+    m = _model()
+    for node in m.graph.node:
+        if node.op_type == "Concat":
+            node.input[:] = ["q1", "nq2"]
+    g2 = _graph(m)
+    assert RotaryHalf().match(next(n for n in g2.nodes if n.outputs[0] == "y"), View(g2)) is None
+    # a square that is not x*x
+    m = _model("mulsq")
+    m.graph.node[0].input[:] = ["x", "w"]
+    g3 = _graph(m)
+    assert RmsNorm().match(next(n for n in g3.nodes if n.outputs[0] == "h"), View(g3)) is None
+
+
+def test_fuse_without_a_device_provider_changes_nothing():
+    g = _graph(_model())
+    plugin = _plugin()
+    s = onnx_ep.Session(_model(), providers=["cpu_reference"], plugins=[plugin])
+    reg = s._plugins.registry
+    same, report = fuse(g, reg, ["cpu_reference"])
+    assert same is g and report.fused == {}
+    fused, report = fuse(g, reg, ["fake", "cpu_reference"])
+    assert report.fused == {"rms_norm": 1, "rotary_half": 1}
+    assert len(fused.nodes) == 3 and len(g.nodes) == len(_model().graph.node)
+
+
+def _mlp_model(bias_const: bool = True) -> onnx.ModelProto:
+    """y = (g * sigmoid(g) * u) with g = x @ wg + b (biased), u = x @ wu."""
+    vi = helper.make_tensor_value_info
+    rng = np.random.default_rng(5)
+    inits = [numpy_helper.from_array(rng.standard_normal((H, 6)).astype(F32), "wg"),
+             numpy_helper.from_array(rng.standard_normal((H, 6)).astype(F32), "wu")]
+    ins = [vi("x", TensorProto.FLOAT, [3, H])]
+    if bias_const:
+        inits.append(numpy_helper.from_array(rng.standard_normal(6).astype(F32), "b"))
+    else:
+        ins.append(vi("b", TensorProto.FLOAT, [6]))
+    n = helper.make_node
+    nodes = [n("MatMul", ["x", "wg"], ["xg"]), n("Add", ["b", "xg"], ["g"]),
+             n("MatMul", ["x", "wu"], ["u"]), n("Sigmoid", ["g"], ["sg"]),
+             n("Mul", ["sg", "g"], ["act"]), n("Mul", ["u", "act"], ["y"])]
+    g = helper.make_graph(nodes, "mlp", ins, [vi("y", TensorProto.FLOAT, [3, 6])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)],
+                             ir_version=ORACLE_IR_VERSION)
+
+
+def _mlp_plugin() -> FakeDevicePlugin:
+    plugin = FakeDevicePlugin(ops=("Add", "Mul", "MatMul"))
+    plugin.kernels |= {
+        "mma": _Fused(FUSED_DOMAIN, "MatMulAdd", lambda a, b, c: (a @ b + c).astype(a.dtype)),
+        "silu": _Fused(FUSED_DOMAIN, "SiluMul",
+                       lambda g, u: (g / (1 + np.exp(-g)) * u).astype(g.dtype))}
+    return plugin
+
+
+def test_biased_matmul_and_swiglu_gate_fuse_and_compute_the_same():
+    plugin = _mlp_plugin()
+    s = onnx_ep.Session(_mlp_model(), providers=["fake", "cpu_reference"], plugins=[plugin])
+    assert sorted(_ops(s)) == [("", "MatMul"), (FUSED_DOMAIN, "MatMulAdd"),
+                               (FUSED_DOMAIN, "SiluMul")]
+    assert s.resources()["fusion"]["fused"] == {"matmul_add": 1, "silu_mul": 1}
+    x = np.random.default_rng(6).standard_normal((3, H)).astype(F32)
+    ref = onnx_ep.Session(_mlp_model(), providers=["cpu_reference"])
+    for _ in range(3):
+        np.testing.assert_allclose(s.run(None, {"x": x})[0], ref.run(None, {"x": x})[0],
+                                   rtol=1e-5, atol=1e-5)
+    assert plugin.kernels["mma"].calls >= 1 and plugin.kernels["silu"].calls >= 1
+
+
+def test_a_fed_bias_is_not_a_matmul_add_but_the_gate_still_fuses():
+    s = onnx_ep.Session(_mlp_model(bias_const=False), providers=["fake", "cpu_reference"],
+                        plugins=[_mlp_plugin()])
+    assert s.resources()["fusion"]["fused"] == {"silu_mul": 1}
+    assert ("", "Add") in _ops(s)
+
