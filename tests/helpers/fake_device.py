@@ -116,6 +116,8 @@ class FakeRuntime:
         self.uploads = 0
         self.downloads = 0
         self.copies = 0
+        #: the number of copies of each copy_many call
+        self.batches: list[int] = []
         self.regions: list[FakeRegion] = []
         self.graphs: list[FakeGraph] = []
         self.capturing: FakeStream | None = None
@@ -197,6 +199,15 @@ class FakeRuntime:
         stream.enqueue(lambda: np.copyto(dst.array, src.array))
         self.copies += 1
         return dst
+
+    def copy_many(self, pairs: Any, stream: Any) -> None:
+        """One "launch" for many device-to-device copies (the optional runtime method)."""
+        pairs = list(pairs)
+        for src, dst in pairs:
+            assert isinstance(src, FakeTensor) and isinstance(dst, FakeTensor)
+            assert src.shape == dst.shape and src.dtype == dst.dtype
+        stream.enqueue(lambda: [np.copyto(d.array, s.array) for s, d in pairs])
+        self.batches.append(len(pairs))
 
     #: mapping granule of the fake's stable regions (weight streaming)
     page_bytes = 4096

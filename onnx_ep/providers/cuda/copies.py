@@ -6,7 +6,9 @@ Nothing here imports ``cuda`` at module import time (see :mod:`.driver`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import ctypes
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -53,6 +55,42 @@ def copy_dtod(dst_ptr: int, src_ptr: int, nbytes: int, stream: Stream) -> None:
     if nbytes:
         check(driver().cuMemcpyDtoDAsync(dst_ptr, src_ptr, nbytes, stream.handle),
               f"cuMemcpyDtoDAsync({nbytes} bytes)")
+
+
+#: the most buffers one :func:`copy_many` launch moves (``EP_COPY_MANY`` of kernels/copies.cu)
+COPY_MANY = 48
+#: threads per block and the most blocks per buffer of a :func:`copy_many` launch
+_COPY_BLOCK, _COPY_MAX_BLOCKS = 256, 128
+
+
+class CopyTable(ctypes.Structure):
+    """``struct CopyTable`` of kernels/copies.cu, passed by value (no upload needed)."""
+
+    _fields_ = [("src", ctypes.c_uint64 * COPY_MANY), ("dst", ctypes.c_uint64 * COPY_MANY),
+                ("bytes", ctypes.c_uint64 * COPY_MANY)]
+
+
+def copy_many(jobs: Sequence[tuple[int, int, int]], device: Any, stream: Stream) -> None:
+    """Device-to-device copies ``(dst_ptr, src_ptr, nbytes)``, async on ``stream``: one
+    launch per :data:`COPY_MANY` buffers (one buffer alone is a plain copy). The buffers
+    must not overlap one another."""
+    from onnx_ep.providers.cuda import launch, nvrtc
+
+    jobs = [j for j in jobs if j[2]]
+    if len(jobs) == 1:
+        copy_dtod(*jobs[0], stream)
+    if len(jobs) < 2:
+        return
+    fn = nvrtc.get_function("copies", "copy_many", device)
+    for at in range(0, len(jobs), COPY_MANY):
+        chunk = jobs[at:at + COPY_MANY]
+        table = CopyTable()
+        for k, (dst, src, n) in enumerate(chunk):
+            table.dst[k], table.src[k], table.bytes[k] = dst, src, n
+        vectors = -(-max(n for _, _, n in chunk) // 16)
+        blocks = max(1, min(_COPY_MAX_BLOCKS, -(-vectors // _COPY_BLOCK)))
+        launch.launch_cached(fn, (blocks, len(chunk), 1), (_COPY_BLOCK, 1, 1),
+                             [(table, None)], stream)
 
 
 def memset_d8(ptr: int, byte: int, nbytes: int, stream: Stream) -> None:

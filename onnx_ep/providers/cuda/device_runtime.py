@@ -8,6 +8,7 @@ stream. See docs/MEMORY.md.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -94,6 +95,17 @@ class CudaRuntime:
                              f"{dst.dtype}{list(dst.shape)}")
         copies.copy_dtod(dst.ptr, src.ptr, src.nbytes, stream)
         return dst
+
+    def copy_many(self, pairs: Sequence[tuple[DeviceTensor, DeviceTensor]],
+                  stream: Stream) -> None:
+        """Device-to-device copies ``(src, dst)`` (same dtype and shape each, no overlap),
+        async, in as few launches as :func:`.copies.copy_many` needs."""
+        for src, dst in pairs:
+            if src.dtype != dst.dtype or src.shape != dst.shape:
+                raise ValueError(f"copy of {src.dtype}{list(src.shape)} into a device tensor "
+                                 f"of {dst.dtype}{list(dst.shape)}")
+        copies.copy_many([(d.ptr, s.ptr, s.nbytes) for s, d in pairs], self.cuda_device,
+                          stream)
 
     def pooled(self, nbytes: int, holder: str) -> DeviceAllocation:
         """A block from the allocator's pool, charged to ``holder`` until the last view of it
