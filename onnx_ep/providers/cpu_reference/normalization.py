@@ -1,12 +1,15 @@
 """Normalizations: Hardmax, BatchNormalization, InstanceNormalization, GroupNormalization,
-LpNormalization, MeanVarianceNormalization, LRN. (The row-normalising ops Softmax,
-LogSoftmax, LayerNormalization and RMSNormalization are in :mod:`.softmax`.)
+LpNormalization, MeanVarianceNormalization, LRN, and onnxruntime's RMS normalizations
+SimplifiedLayerNormalization (default domain) and com.microsoft::SkipSimplifiedLayerNormalization.
+(The row-normalising ops Softmax, LogSoftmax, LayerNormalization and RMSNormalization are in
+:mod:`.softmax`.)
 
 Numerics: Hardmax selects and is exact. LRN (pow) is computed in float64 and rounded
 once to the output type. The statistics-based normalizations accumulate
 float16/bfloat16 in float32 (or in ``stash_type`` where the op has one) and round
-once; float32/float64 compute in their own type. Sums reorder additions, so all but
-Hardmax are promised to a tolerance.
+once; float32/float64 compute in their own type. The two onnxruntime RMS normalizations
+compute every step (the skip sum included) in float64 from the exact input values and round
+each output once. Sums reorder additions, so all but Hardmax are promised to a tolerance.
 """
 
 from __future__ import annotations
@@ -16,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from onnx_ep.core.kernel import ExecutionContext
-from onnx_ep.providers.cpu_reference.base import CpuKernel, normalize_axis
-from onnx_ep.providers.cpu_reference.formats import source_value
+from onnx_ep.providers.cpu_reference.base import CpuKernel, check_same_dtype, normalize_axis
+from onnx_ep.providers.cpu_reference.formats import BFLOAT16, source_value
 from onnx_ep.providers.cpu_reference.lowfloat import float_compute, round_to, stash_dtype, upcast
 from onnx_ep.providers.cpu_reference.softmax import NORM_PARITY, SOFTMAX_PARITY, softmax_view
 
@@ -194,6 +197,100 @@ class LRN(CpuKernel):
         return round_to(y, x.dtype)
 
 
+# ---------------------------------------------------------------- onnxruntime's RMS norms
+
+#: the float types onnxruntime's schemas allow for X, scale and input (T, V)
+RMS_DTYPES = frozenset(np.dtype(d) for d in (np.float32, np.float16, np.float64, BFLOAT16))
+
+
+def rms_normalize(s: np.ndarray, axes: tuple[int, ...],
+                  eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """``(s * inv, inv)`` with ``inv = 1 / sqrt(mean(s^2) + eps)`` over ``axes`` (kept as 1),
+    all in ``s``'s dtype (float64 here)."""
+    n = int(np.prod([s.shape[a] for a in axes], dtype=np.int64))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        # sum / n rather than np.mean: an empty normalized shape gives NaN without a warning
+        ms = np.sum(s * s, axis=axes, keepdims=True) / n
+        inv = 1.0 / np.sqrt(ms + eps)
+    return s * inv, inv
+
+
+def skip_broadcasts(skip: tuple[int, ...], x: tuple[int, ...]) -> bool:
+    """Whether ``skip`` may be added to an ``x`` of this shape: ``x``'s shape, or a suffix of
+    it holding at least its last two dims (any leading dims of ``skip`` being 1), as
+    onnxruntime accepts (batch, seq, hidden), (1, seq, hidden) or (seq, hidden) for a 3-D
+    input; ``skip`` then repeats every ``prod(skip)`` elements of ``x``."""
+    keep = min(2, len(x))
+    core = list(skip)
+    while len(core) > keep and core[0] == 1:
+        core.pop(0)
+    return (len(skip) <= len(x) and len(core) >= keep
+            and tuple(core) == tuple(x[len(x) - len(core):]))
+
+
+class SimplifiedLayerNormalization(CpuKernel):
+    """onnxruntime's RMS normalization, registered in the default domain although ONNX has
+    no such op: Y = X / sqrt(mean(X^2) + epsilon) * scale over axes [axis, rank), with
+    ``scale`` broadcast to X and Y in scale's type (V); the optional inv_std_var is
+    1 / sqrt(mean(X^2) + epsilon) with the reduced axes kept as 1, in ``stash_type`` (U:
+    float32 by default, or float64)."""
+
+    parity = NORM_PARITY
+
+    def run(self, ctx: ExecutionContext, x: np.ndarray, scale: np.ndarray) -> Any:
+        if scale.dtype not in RMS_DTYPES:
+            raise self.fail(ctx, f"scale must be float16, float32, float64 or bfloat16, got "
+                                 f"{scale.dtype}")
+        axis = normalize_axis(ctx, ctx.node.attr("axis", -1), x.ndim)
+        stash = int(ctx.node.attr("stash_type", 1))
+        if stash not in (1, 11):
+            raise self.fail(ctx, f"stash_type must be 1 (float) or 11 (double), got {stash}")
+        try:
+            fits = np.broadcast_shapes(scale.shape, x.shape) == x.shape
+        except ValueError:
+            fits = False
+        if not fits:
+            raise self.fail(ctx, f"scale of shape {scale.shape} does not broadcast to X's "
+                                 f"shape {x.shape}")
+        eps = float(ctx.node.attr("epsilon", 1e-5))
+        normed, inv = rms_normalize(source_value(x), tuple(range(axis, x.ndim)), eps)
+        y = round_to(normed * source_value(scale), scale.dtype)
+        u = np.float32 if stash == 1 else np.float64
+        return (y, round_to(inv, u))[:len(ctx.node.output_names)]
+
+
+class SkipSimplifiedLayerNormalization(CpuKernel):
+    """com.microsoft: s = input + skip (+ bias), output = s / sqrt(mean(s^2) + epsilon) *
+    gamma over the last axis. Outputs: output, mean (onnxruntime computes none for the RMS
+    form and returns zeros: so does this), inv_std_var (float32, the last axis kept as 1)
+    and input_skip_bias_sum = s in the input's type. The output normalizes the exact ``s``,
+    not ``s`` rounded to the input type."""
+
+    parity = NORM_PARITY
+
+    def run(self, ctx: ExecutionContext, x: np.ndarray, skip: np.ndarray, gamma: np.ndarray,
+            bias: np.ndarray | None = None) -> Any:
+        check_same_dtype(self, ctx, input=x, skip=skip, gamma=gamma, bias=bias)
+        if x.ndim < 1:
+            raise self.fail(ctx, "input must have rank >= 1 (..., hidden_size)")
+        hidden = x.shape[-1]
+        if not skip_broadcasts(skip.shape, x.shape):
+            raise self.fail(ctx, f"skip of shape {skip.shape} must have input's shape "
+                                 f"{x.shape}, or its last two dims with any leading dims 1")
+        for name, t in (("gamma", gamma), ("bias", bias)):
+            if t is not None and t.shape != (hidden,):
+                raise self.fail(ctx, f"{name} must have shape ({hidden},) (hidden_size), got "
+                                     f"{t.shape}")
+        s = source_value(x) + source_value(skip)
+        if bias is not None:
+            s += source_value(bias)
+        normed, inv = rms_normalize(s, (x.ndim - 1,), float(ctx.node.attr("epsilon", 1e-12)))
+        y = round_to(normed * source_value(gamma), x.dtype)
+        outs = (y, np.zeros(inv.shape, np.float32), round_to(inv, np.float32),
+                round_to(s, x.dtype))
+        return outs[:len(ctx.node.output_names)]
+
+
 KERNELS: list[CpuKernel] = [
     Hardmax("Hardmax", since=1),
     BatchNormalization("BatchNormalization", since=1),
@@ -202,4 +299,7 @@ KERNELS: list[CpuKernel] = [
     LpNormalization("LpNormalization", since=1),
     MeanVarianceNormalization("MeanVarianceNormalization", since=9),
     LRN("LRN", since=1),
+    SimplifiedLayerNormalization("SimplifiedLayerNormalization", since=1, dtypes=RMS_DTYPES),
+    SkipSimplifiedLayerNormalization("SkipSimplifiedLayerNormalization", since=1,
+                                     domain="com.microsoft", dtypes=RMS_DTYPES),
 ]

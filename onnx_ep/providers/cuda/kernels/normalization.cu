@@ -1,4 +1,7 @@
-// Hardmax, LpNormalization, InstanceNormalization / GroupNormalization, BatchNormalization.
+// Hardmax, LpNormalization, InstanceNormalization / GroupNormalization, BatchNormalization,
+// and onnxruntime's RMS normalizations (SimplifiedLayerNormalization,
+// SkipSimplifiedLayerNormalization: rms_norm_*, at the end, computed in float32 throughout;
+// what follows here holds for the others).
 //
 // W is the reference's compute type (cpu_reference/normalization.py, lowfloat.float_compute):
 // float32 for float32/float16/bfloat16, float64 for float64. Every step the reference takes
@@ -153,7 +156,155 @@ __device__ void batch_norm(const T* __restrict__ x, const T* __restrict__ scale,
     }
 }
 
+// ------------------------------------------------------------------ RMS normalization
+// onnxruntime's SimplifiedLayerNormalization and SkipSimplifiedLayerNormalization, one block
+// per row of ``cols`` values (grid-stride over rows), everything in float32 (the reference
+// computes in float64; the promise is a tolerance):
+//   s = x (+ skip) (+ bias)                  skip row: row % skip_rows (skip repeats over
+//                                            leading dims); bias: one value per column
+//   inv = 1 / sqrt(sum(s * s) / cols + eps)  per-thread float sums, then block_reduce's tree
+//   y = s * inv * gamma                      gamma index: column % gamma_n (scale broadcast)
+// Outputs are null when not wanted (y too, when nothing reads it): sum_out = s rounded to T,
+// inv_out = inv, mean_out = 0 (onnxruntime computes no mean for the RMS form and returns
+// zeros).
+// The row is read twice (sum of squares, then output); the second pass recomputes s with
+// the same operations, so both passes see the same values. V = 16 bytes of T when the host
+// found every pointer, cols and gamma_n aligned to it (one 128-bit load per pack), else 1.
+
+// one 32-bit word <-> its 1 (float) or 2 (float16 / bfloat16, lower address in the low
+// half) values as float; conversions through ep_float.cuh, NaN rules included
+template <class T> struct Lanes {
+    static constexpr int N = 2;
+    static __device__ __forceinline__ T half_of(unsigned w, int i) {
+        return from_bits16((unsigned short)(i ? w >> 16 : w & 0xffffu));
+    }
+    static __device__ __forceinline__ T from_bits16(unsigned short b);
+    static __device__ __forceinline__ void get(unsigned w, float* f) {
+        f[0] = to_f32(half_of(w, 0));
+        f[1] = to_f32(half_of(w, 1));
+    }
+    static __device__ __forceinline__ unsigned put(const float* f) {
+        return (unsigned)bits16(round_from32<T>(f[0])) |
+               (unsigned)bits16(round_from32<T>(f[1])) << 16;
+    }
+};
+template <> __device__ __forceinline__ f16 Lanes<f16>::from_bits16(unsigned short b) {
+    return f16_from_bits(b);
+}
+template <> __device__ __forceinline__ bf16 Lanes<bf16>::from_bits16(unsigned short b) {
+    return bf16_from_bits(b);
+}
+template <> struct Lanes<float> {
+    static constexpr int N = 1;
+    static __device__ __forceinline__ void get(unsigned w, float* f) { f[0] = __uint_as_float(w); }
+    static __device__ __forceinline__ unsigned put(const float* f) { return __float_as_uint(f[0]); }
+};
+
+// V values of T at p (V * sizeof(T) == 16: one read-only 128-bit load) as float, and back
+template <class T, int V>
+__device__ __forceinline__ void rms_load(const T* __restrict__ p, float (&f)[V]) {
+    if constexpr (V * sizeof(T) == 16) {
+        constexpr int N = Lanes<T>::N;
+        const uint4 r = __ldg(reinterpret_cast<const uint4*>(p));
+        Lanes<T>::get(r.x, &f[0]);
+        Lanes<T>::get(r.y, &f[N]);
+        Lanes<T>::get(r.z, &f[2 * N]);
+        Lanes<T>::get(r.w, &f[3 * N]);
+    } else {
+#pragma unroll
+        for (int k = 0; k < V; ++k) f[k] = to_f32(p[k]);
+    }
+}
+template <class T, int V>
+__device__ __forceinline__ void rms_store(T* __restrict__ p, const float (&f)[V]) {
+    if constexpr (V * sizeof(T) == 16) {
+        constexpr int N = Lanes<T>::N;
+        uint4 r;
+        r.x = Lanes<T>::put(&f[0]);
+        r.y = Lanes<T>::put(&f[N]);
+        r.z = Lanes<T>::put(&f[2 * N]);
+        r.w = Lanes<T>::put(&f[3 * N]);
+        *reinterpret_cast<uint4*>(p) = r;
+    } else {
+#pragma unroll
+        for (int k = 0; k < V; ++k) p[k] = round_from32<T>(f[k]);
+    }
+}
+
+// s at columns [c, c + V) of a row: x (+ skip) (+ bias), added in that order in float
+template <class T, int V>
+__device__ __forceinline__ void rms_sum(const T* __restrict__ xr, const T* __restrict__ sr,
+                                        const T* __restrict__ bias, long long c, float (&s)[V]) {
+    rms_load<T, V>(xr + c, s);
+    if (sr) {
+        float t[V];
+        rms_load<T, V>(sr + c, t);
+#pragma unroll
+        for (int k = 0; k < V; ++k) s[k] = s[k] + t[k];
+    }
+    if (bias) {
+        float t[V];
+        rms_load<T, V>(bias + c, t);
+#pragma unroll
+        for (int k = 0; k < V; ++k) s[k] = s[k] + t[k];
+    }
+}
+
+template <class T, int V>
+__device__ void rms_norm(const T* __restrict__ x, const T* __restrict__ skip,
+                         const T* __restrict__ bias, const T* __restrict__ gamma,
+                         T* __restrict__ y, T* __restrict__ sum_out,
+                         float* __restrict__ mean_out, float* __restrict__ inv_out,
+                         long long rows, long long cols, long long skip_rows, long long gamma_n,
+                         float eps) {
+    __shared__ float red[EP_BLOCK];
+    const long long nv = cols / V;
+    const float n = (float)cols;
+    for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
+        const T* xr = x + row * cols;
+        const T* sr = skip ? skip + (row % skip_rows) * cols : nullptr;
+        float acc = 0.0f;
+        for (long long j = threadIdx.x; j < nv; j += blockDim.x) {
+            float s[V];
+            rms_sum<T, V>(xr, sr, bias, j * V, s);
+            if (sum_out) rms_store<T, V>(sum_out + row * cols + j * V, s);
+#pragma unroll
+            for (int k = 0; k < V; ++k) acc = acc + s[k] * s[k];
+        }
+        const float inv = 1.0f / sqrtf(block_reduce<SumOp>(acc, red) / n + eps);
+        for (long long j = threadIdx.x; y && j < nv; j += blockDim.x) {
+            float s[V], g[V];
+            rms_sum<T, V>(xr, sr, bias, j * V, s);
+            // the modulo only where the scale repeats within the row (a rare layout)
+            rms_load<T, V>(gamma + (gamma_n == cols ? j * V : (j * V) % gamma_n), g);
+#pragma unroll
+            for (int k = 0; k < V; ++k) s[k] = s[k] * inv * g[k];
+            rms_store<T, V>(y + row * cols + j * V, s);
+        }
+        if (threadIdx.x == 0) {
+            if (inv_out) inv_out[row] = inv;
+            if (mean_out) mean_out[row] = 0.0f;
+        }
+    }
+}
+
 // ------------------------------------------------------------------ instantiation
+#define EP_RMS_NORM(T, S, V)                                                                \
+extern "C" __global__ void rms_norm_v##V##_##S(const T* x, const T* skip, const T* bias,    \
+        const T* gamma, T* y, T* sum_out, float* mean_out, float* inv_out, long long rows,  \
+        long long cols, long long skip_rows, long long gamma_n, float eps) {                \
+    rms_norm<T, V>(x, skip, bias, gamma, y, sum_out, mean_out, inv_out, rows, cols,         \
+                   skip_rows, gamma_n, eps);                                                \
+}
+
+// V: 1 (any alignment) and 16 bytes' worth
+EP_RMS_NORM(float, f32, 1)
+EP_RMS_NORM(float, f32, 4)
+EP_RMS_NORM(f16, f16, 1)
+EP_RMS_NORM(f16, f16, 8)
+EP_RMS_NORM(bf16, bf16, 1)
+EP_RMS_NORM(bf16, bf16, 8)
+
 #define EP_NORM(T, S)                                                                       \
 extern "C" __global__ void hardmax_##S(const T* x, T* y, long long outer, long long dim,    \
                                        long long inner) {                                   \
