@@ -369,10 +369,12 @@ class RotaryHalf:
 
 
 class MatMulAdd:
-    """``MatMul(a, b) + bias`` with a constant bias -> :data:`FUSED_DOMAIN` ``MatMulAdd``.
+    """``MatMul(a, b) + bias`` -> :data:`FUSED_DOMAIN` ``MatMulAdd(a, b, bias)``.
 
-    The biased projections of a transformer; a GEMM adds the bias in its epilogue. The sum
-    must have the product's shape (the bias broadcasts into it, never the other way).
+    The biased projections of a transformer (a constant bias, added in the GEMM's
+    epilogue) and its residual connections (``x + MatMul(h, W)``, a bias of the product's
+    shape, the GEMM's C). The sum must have the product's shape (the bias broadcasts into
+    it, never the other way); a fed bias that broadcasts is left alone.
     """
 
     name = "matmul_add"
@@ -382,10 +384,13 @@ class MatMulAdd:
             return None
         for prod, bias in (anchor.inputs, anchor.inputs[::-1]):
             mm = view.producer(prod, "MatMul")
-            if mm is None or view.const(bias) is None or prod == bias:
+            if mm is None or prod == bias:
                 continue
             ps, bs, ys = view.spec(prod), view.spec(bias), view.spec(anchor.outputs[0])
             if ps is None or bs is None or ys is None or ps.dtype != bs.dtype:
+                continue
+            # a fed bias only with the product's shape (symbols are the same dims there)
+            if view.const(bias) is None and (bs != ps or None in tuple(ps.shape)):
                 continue
             if tuple(ys.shape) != tuple(ps.shape) or len(bs.shape) > len(ps.shape):
                 continue

@@ -255,3 +255,20 @@ def test_a_fed_bias_is_not_a_matmul_add_but_the_gate_still_fuses():
     assert s.resources()["fusion"]["fused"] == {"silu_mul": 1}
     assert ("", "Add") in _ops(s)
 
+
+
+def test_a_residual_of_the_products_shape_is_a_matmul_add():
+    vi = helper.make_tensor_value_info
+    w = np.random.default_rng(7).standard_normal((H, H)).astype(F32)
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["p"]),
+                           helper.make_node("Add", ["x", "p"], ["y"])], "res",
+                          [vi("x", TensorProto.FLOAT, ["n", H])],
+                          [vi("y", TensorProto.FLOAT, ["n", H])],
+                          [numpy_helper.from_array(w, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)],
+                          ir_version=ORACLE_IR_VERSION)
+    s = onnx_ep.Session(m, providers=["fake", "cpu_reference"], plugins=[_mlp_plugin()])
+    assert _ops(s) == [(FUSED_DOMAIN, "MatMulAdd")]
+    assert s.graph.nodes[0].inputs == ("x", "w", "x")
+    x = np.random.default_rng(8).standard_normal((5, H)).astype(F32)
+    np.testing.assert_allclose(s.run(None, {"x": x})[0], x + x @ w, rtol=1e-5, atol=1e-5)

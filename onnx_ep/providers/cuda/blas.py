@@ -20,6 +20,15 @@ float32, float16 and bfloat16 operands (plain 32F, not ``FAST_TF32``, so float32
 products keep 24 bits). cpu_reference accumulates in float64 and rounds once,
 so results agree to :data:`GEMM_PARITY` (per dtype), not bit for bit.
 
+Bias epilogue: a problem with ``bias=True`` adds a vector of ``n`` values to every
+row of the row-major D inside the GEMM (``CUBLASLT_EPILOGUE_BIAS``). cuBLASLt's bias
+runs along the rows of its column-major D, which is our D transposed (``n`` rows):
+one bias value per row-major output column, as a ``Linear`` layer needs. The bias
+has D's type (``CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE`` is left at -1, which means D's
+type for every kernel that is neither IMMA nor FP8). Its pointer is a per-call
+attribute of the plan's shared descriptor: :func:`run` sets it and enqueues under the
+plan's lock, so sessions and threads sharing a plan never enqueue another's bias.
+
 nvmath is imported on first use: ``import onnx_ep`` works without it.
 """
 
@@ -49,6 +58,12 @@ MAX_WORKSPACE_BYTES = 32 * 2**20
 PLAN_ALIGNMENT = 16
 #: cuBLASLt workspaces must start on this boundary
 WORKSPACE_ALIGNMENT = 256
+#: bias pointers the epilogue takes: cuBLASLt's preferences bound the alignment of A, B, C
+#: and D but not of the bias vector, and a kernel may load it 16 bytes at a time
+BIAS_ALIGNMENT = 16
+#: the statuses that mean "no algorithm for this problem" (remembered, never re-queried);
+#: INVALID_VALUE is what a cuBLASLt without the requested epilogue answers
+NO_ALGORITHM = frozenset({"CUBLAS_STATUS_NOT_SUPPORTED", "CUBLAS_STATUS_INVALID_VALUE"})
 
 #: honest bounds against cpu_reference (float64 accumulation, rounded once) for operands of
 #: unit scale: float32 sums in float32 in cuBLAS's order (K up to a few thousand); float16
@@ -104,6 +119,9 @@ class GemmProblem:
 
     :ivar stride_a, stride_b, stride_d: elements between consecutive batch matrices.
     :ivar alignment: the byte alignment every pointer is known to have.
+    :ivar bias: add a vector of ``n`` values to every row of D in cuBLASLt's epilogue
+        (``D = op(A) @ op(B) + bias``); its plan differs from the plain one (descriptor
+        and heuristic), so the flag is part of the plan key.
     """
 
     dtype: str
@@ -117,6 +135,7 @@ class GemmProblem:
     stride_b: int = 0
     stride_d: int = 0
     alignment: int = PLAN_ALIGNMENT
+    bias: bool = False
 
     def with_alignment(self, alignment: int) -> GemmProblem:
         return attrs.evolve(self, alignment=int(alignment))
@@ -184,6 +203,8 @@ def align_up(nbytes: int, alignment: int = WORKSPACE_ALIGNMENT) -> int:
 _lock = threading.RLock()
 _handles: dict[int, int] = {}
 _plans: dict[tuple[int, GemmProblem, int], MatmulPlan] = {}
+#: bias-problem plan keys cuBLASLt had no algorithm for, with the error it gave
+_no_plan: dict[tuple[int, GemmProblem, int], CudaError] = {}
 
 
 def _lt_error(exc: Exception, what: str) -> CudaError:
@@ -225,12 +246,16 @@ class MatmulPlan:
 
     :ivar problem: the :class:`GemmProblem`. :ivar workspace_size: the algorithm's
         exact workspace bytes (what ``workspace_requirement`` declares).
+    :ivar lock: held by :func:`run` from setting a bias pointer on :attr:`desc` until
+        ``cublasLtMatmul`` has read it (the enqueue), since plans are shared.
     """
 
     def __init__(self, ordinal: int, problem: GemmProblem, max_workspace: int) -> None:
         self.problem = problem
         self.ordinal = ordinal
         self.handle = handle(ordinal)
+        self.lock = threading.Lock()
+        self._bias_ptr: int | None = None
         self._objects: list[tuple[Any, int]] = []
         try:
             self._build(max_workspace)
@@ -253,6 +278,9 @@ class MatmulPlan:
         getd = c.get_matmul_desc_attribute_dtype
         _set(setd, getd, desc, da.TRANSA, int(ops.trans_first))
         _set(setd, getd, desc, da.TRANSB, int(ops.trans_second))
+        if p.bias:
+            # the pointer is set per call (point_bias); the heuristic needs only the epilogue
+            _set(setd, getd, desc, da.EPILOGUE, int(c.Epilogue.BIAS))
         self.desc = desc
         self.first = self._layout(dt, ops.first)
         self.second = self._layout(dt, ops.second)
@@ -266,6 +294,12 @@ class MatmulPlan:
         for attr in (pa.MIN_ALIGNMENT_A_BYTES, pa.MIN_ALIGNMENT_B_BYTES,
                      pa.MIN_ALIGNMENT_C_BYTES, pa.MIN_ALIGNMENT_D_BYTES):
             _set(setp, getp, pref, attr, int(p.alignment))
+        if p.bias:
+            # split-K only with float32 partial sums reduced in a fixed order: in-place and
+            # output-type reductions sum (and add the bias) in D's type, rounding a float16
+            # result more than once, and the in-place one is not deterministic
+            _set(setp, getp, pref, pa.REDUCTION_SCHEME_MASK,
+                 int(c.ReductionScheme.COMPUTE_TYPE))
         self.preference = pref
         self.result = c.MatmulHeuristicResult(1)
         count = np.zeros(1, dtype=np.int32)
@@ -289,6 +323,15 @@ class MatmulPlan:
             _set(setl, getl, obj, la.STRIDED_BATCH_OFFSET, lay.stride)
         return int(obj)
 
+    def point_bias(self, ptr: int) -> None:
+        """Point the epilogue at the bias vector at ``ptr`` (the caller holds :attr:`lock`
+        until its ``cublasLtMatmul`` has been enqueued)."""
+        if ptr != self._bias_ptr:
+            c = lt()
+            _set(c.matmul_desc_set_attribute, c.get_matmul_desc_attribute_dtype, self.desc,
+                 c.MatmulDescAttribute.BIAS_POINTER, int(ptr))
+            self._bias_ptr = ptr
+
     def close(self) -> None:
         objects, self._objects = self._objects, []
         for destroy, obj in reversed(objects):
@@ -303,7 +346,9 @@ def matmul_plan(problem: GemmProblem, ordinal: int = 0,
     """THE plan of ``problem`` on device ``ordinal``, built (heuristic query included) once.
 
     Plan time (``workspace_requirement``) and execution both call this; the second
-    call is a dict lookup.
+    call is a dict lookup. A bias problem cuBLASLt has no algorithm for
+    (:data:`NO_ALGORITHM`) raises the same :exc:`CudaError` on every call without asking
+    the heuristic again (its kernel falls back to the plain problem).
     """
     key = (ordinal, problem, int(max_workspace))
     plan = _plans.get(key)
@@ -311,7 +356,15 @@ def matmul_plan(problem: GemmProblem, ordinal: int = 0,
         with _lock:
             plan = _plans.get(key)
             if plan is None:
-                plan = _plans[key] = MatmulPlan(ordinal, problem, max_workspace)
+                failed = _no_plan.get(key)
+                if failed is not None:
+                    raise CudaError(str(failed), error_name=failed.error_name)
+                try:
+                    plan = _plans[key] = MatmulPlan(ordinal, problem, max_workspace)
+                except CudaError as e:
+                    if problem.bias and e.error_name in NO_ALGORITHM:
+                        _no_plan[key] = e
+                    raise
     return plan
 
 
@@ -325,37 +378,69 @@ def clear_plans() -> None:
     with _lock:
         plans = list(_plans.values())
         _plans.clear()
+        _no_plan.clear()
     for p in plans:
         p.close()
 
 
 def plan_for_pointers(problem: GemmProblem, ptrs: tuple[int, ...], ordinal: int,
-                      workspace_nbytes: int) -> MatmulPlan:
+                      workspace_nbytes: int, *, fit_workspace: bool = False) -> MatmulPlan:
     """The plan to run ``problem`` with these pointers.
 
     Pointers aligned to :data:`PLAN_ALIGNMENT` (the arena's are) use the plan made at
     plan time. A less aligned pointer (a user's DLPack view) gets a plan of its own,
     restricted to the workspace the view actually has, so it never needs more.
+
+    :param fit_workspace: also restrict the plan of aligned pointers to
+        ``workspace_nbytes`` when the plan-time one needs more (a kernel that sized its
+        workspace for another route, e.g. the bias epilogue, and falls back at run time).
     """
     align = pointer_alignment(*ptrs, cap=problem.alignment)
     if align >= problem.alignment:
-        return matmul_plan(problem, ordinal)
+        plan = matmul_plan(problem, ordinal)
+        if not fit_workspace or plan.workspace_size <= workspace_nbytes:
+            return plan
     return matmul_plan(problem.with_alignment(align), ordinal, max_workspace=workspace_nbytes)
+
+
+def find_plan(problem: GemmProblem, ptrs: tuple[int, ...] = (), ordinal: int = 0,
+              workspace_nbytes: int = MAX_WORKSPACE_BYTES) -> MatmulPlan | None:
+    """The plan ``run(..., fit_workspace=True)`` takes for these pointers and workspace,
+    or ``None`` when cuBLASLt has no algorithm for it (:data:`NO_ALGORITHM`; remembered for
+    a bias problem, so a later call is a dict lookup). No pointers: the plan-time plan.
+    """
+    try:
+        return plan_for_pointers(problem, ptrs, ordinal, workspace_nbytes, fit_workspace=True)
+    except CudaError as e:
+        if e.error_name in NO_ALGORITHM:
+            return None
+        raise
 
 
 def run(problem: GemmProblem, a_ptr: int, b_ptr: int, d_ptr: int, stream: Any,
         workspace_ptr: int, workspace_nbytes: int, *, alpha: float = 1.0, beta: float = 0.0,
-        c_ptr: int | None = None, ordinal: int = 0) -> MatmulPlan:
-    """Enqueue ``D = alpha * op(A) @ op(B) + beta * C`` on ``stream`` (C has D's layout).
+        c_ptr: int | None = None, bias_ptr: int | None = None, ordinal: int = 0,
+        fit_workspace: bool = False) -> MatmulPlan:
+    """Enqueue ``D = alpha * op(A) @ op(B) + beta * C`` on ``stream`` (C has D's layout),
+    plus the bias vector at ``bias_ptr`` for a ``problem.bias`` problem.
 
     :param workspace_ptr, workspace_nbytes: the kernel's workspace (or its GEMM part);
         passed to ``cublasLtMatmul`` as they are.
+    :param bias_ptr: ``n`` values of D's type, :data:`BIAS_ALIGNMENT`-aligned; given
+        exactly when ``problem.bias``.
+    :param fit_workspace: see :func:`plan_for_pointers`.
     :raises WorkspaceTooSmall: the plan's algorithm needs more than ``workspace_nbytes``.
-    :raises CudaError: cuBLASLt rejected the call (its status name as ``error_name``).
+    :raises CudaError: cuBLASLt rejected the call (its status name as ``error_name``), or
+        a bias pointer is missing, unexpected or under-aligned.
     :returns: the plan that ran (tests check its workspace size).
     """
     c_ptr = d_ptr if c_ptr is None else c_ptr
-    plan = plan_for_pointers(problem, (a_ptr, b_ptr, c_ptr, d_ptr), ordinal, workspace_nbytes)
+    if problem.bias != (bias_ptr is not None) or (bias_ptr or 0) % BIAS_ALIGNMENT:
+        raise CudaError(f"cuBLASLt bias epilogue of {problem} got bias pointer {bias_ptr}: "
+                        f"a bias problem takes a {BIAS_ALIGNMENT}-byte aligned bias vector, "
+                        f"a plain one none", error_name="CUBLAS_STATUS_INVALID_VALUE")
+    plan = plan_for_pointers(problem, (a_ptr, b_ptr, c_ptr, d_ptr), ordinal, workspace_nbytes,
+                             fit_workspace=fit_workspace)
     if plan.workspace_size > workspace_nbytes:
         raise WorkspaceTooSmall(
             f"cuBLASLt algorithm for {problem} needs {plan.workspace_size} workspace bytes but "
@@ -368,9 +453,18 @@ def run(problem: GemmProblem, a_ptr: int, b_ptr: int, d_ptr: int, stream: Any,
     scalars = np.array([alpha, beta], dtype=np.float32)   # host pointer mode: read at enqueue
     base = scalars.ctypes.data
     try:
-        lt().matmul(plan.handle, plan.desc, base, b_ptr, plan.first, a_ptr, plan.second,
-                    base + 4, c_ptr, plan.d, d_ptr, plan.d, plan.algo, workspace_ptr,
-                    workspace_nbytes, int(stream.ptr))
+        if bias_ptr is None:
+            lt().matmul(plan.handle, plan.desc, base, b_ptr, plan.first, a_ptr, plan.second,
+                        base + 4, c_ptr, plan.d, d_ptr, plan.d, plan.algo, workspace_ptr,
+                        workspace_nbytes, int(stream.ptr))
+        else:
+            # cublasLtMatmul reads the descriptor while it enqueues, never later: holding
+            # the lock from setting the pointer to the enqueue is enough
+            with plan.lock:
+                plan.point_bias(bias_ptr)
+                lt().matmul(plan.handle, plan.desc, base, b_ptr, plan.first, a_ptr,
+                            plan.second, base + 4, c_ptr, plan.d, d_ptr, plan.d, plan.algo,
+                            workspace_ptr, workspace_nbytes, int(stream.ptr))
     except Exception as e:
         raise _lt_error(e, f"cublasLtMatmul({problem})") from e
     return plan

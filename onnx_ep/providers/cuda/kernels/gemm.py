@@ -5,7 +5,9 @@ Python, tested on the CPU): a batched A against a 2-D (or 1-D) B folds the batch
 into M (one GEMM), equal batch dims run as a strided batch, and other batch
 broadcasts are declined. Gemm's C is written into the pre-bound output first (a
 device-to-device copy, or ``broadcast_rows`` from gemm.cu for a broadcast C) and
-the GEMM accumulates onto it with ``beta``.
+the GEMM accumulates onto it with ``beta``. The geometry of the fused MatMulAdd
+(:func:`matmul_add_shape`: its bias epilogue, or its bias written first the same way)
+lives here too; its kernel is in ``fused_gemm.py``.
 
 Numerics: float32 accumulation (CUBLAS_COMPUTE_32F) against the reference's
 float64 accumulation rounded once: :data:`~onnx_ep.providers.cuda.blas.GEMM_PARITY`.
@@ -140,7 +142,95 @@ def c_broadcast(c: Sequence[int], m: int, n: int) -> tuple[int, int] | None:
     return (cols if rows == m and m != 1 else 0, 1 if cols == n and n != 1 else 0)
 
 
-def _workspace_ptr(workspace: WorkspaceView | None) -> tuple[int, int]:
+@attrs.frozen
+class BiasRows:
+    """A bias written into Y by ``broadcast_rows``: Y viewed as ``(outer, rows, cols)``,
+    element ``(o, r, c)`` is ``bias[r * row_stride + c * col_stride]``."""
+
+    rows: int
+    cols: int
+    row_stride: int
+    col_stride: int
+
+
+def _coalesce(sizes: Sequence[int], strides: Sequence[int]) -> tuple[list[int], list[int]]:
+    """Drop size-1 dims and merge neighbours whose strides make them one run."""
+    out_n: list[int] = []
+    out_s: list[int] = []
+    for n, s in zip(sizes, strides):
+        if n == 1:
+            continue
+        if out_n and out_s[-1] == s * n:
+            out_n[-1] *= n
+            out_s[-1] = s
+        else:
+            out_n.append(n)
+            out_s.append(s)
+    return out_n, out_s
+
+
+def bias_rows(bias: Sequence[int], out: Sequence[int]) -> BiasRows | None:
+    """How ``broadcast_rows`` writes ``bias`` broadcast to ``out``, or ``None`` when the
+    broadcast bias changes along more than two runs of dims (``(3, 1, 6)`` into
+    ``(3, 4, 6)``). ``bias`` must broadcast to ``out`` (numpy rules, unidirectional)."""
+    bias, out = tuple(int(d) for d in bias), tuple(int(d) for d in out)
+    if 0 in out:
+        return BiasRows(1, 1, 0, 0)             # nothing to write
+    own = [1] * len(bias)
+    for i in range(len(bias) - 2, -1, -1):
+        own[i] = own[i + 1] * bias[i + 1]
+    strides = [0] * (len(out) - len(bias)) + [s if n != 1 else 0 for n, s in zip(bias, own)]
+    sizes, runs = _coalesce(out, strides)
+    if len(sizes) == 3 and runs[0] == 0:
+        sizes, runs = sizes[1:], runs[1:]       # repeated whole: broadcast_rows' outer loop
+    if len(sizes) > 2:
+        return None
+    sizes, runs = [1] * (2 - len(sizes)) + sizes, [0] * (2 - len(runs)) + runs
+    return BiasRows(sizes[0], sizes[1], runs[0], runs[1])
+
+
+@attrs.frozen
+class MatMulAddShape:
+    """How MatMulAdd runs: its MatMul, the bias written into Y before a GEMM that adds onto
+    it (``rows``), and ``fused``, the same GEMM adding the bias in cuBLASLt's epilogue, when
+    the bias is one row of N values and the product one GEMM (None otherwise)."""
+
+    matmul: MatMulShape
+    rows: BiasRows
+    fused: blas.GemmProblem | None = None
+
+
+def matmul_add_shape(a: Sequence[int], b: Sequence[int], bias: Sequence[int],
+                     dtype: Any) -> MatMulAddShape:
+    """THE MatMulAdd geometry (plan time and execution both call it).
+
+    :raises NodeError: :func:`matmul_shape`'s reasons, a bias that does not broadcast to
+        the product's shape (or would grow it), or one :func:`bias_rows` cannot write.
+    """
+    mm = matmul_shape(a, b, dtype)
+    bias = tuple(int(d) for d in bias)
+    try:
+        fits = tuple(int(d) for d in np.broadcast_shapes(bias, mm.out)) == mm.out
+    except ValueError:
+        fits = False
+    if not fits:
+        raise NodeError(f"bias of shape {bias} does not broadcast to the MatMul output "
+                        f"{mm.out} (the sum must keep the product's shape)")
+    rows = bias_rows(bias, mm.out)
+    if rows is None:
+        raise NodeError(f"bias of shape {bias} changes along the batch dims of the output "
+                        f"{mm.out}; the cuda MatMulAdd takes biases that repeat over every "
+                        f"dim but the last two")
+    p = mm.problem
+    fused = None
+    if p is not None and p.batch == 1 and bias and bias[-1] == p.n \
+            and all(d == 1 for d in bias[:-1]):
+        fused = attrs.evolve(p, bias=True)
+    return MatMulAddShape(mm, rows, fused)
+
+
+def workspace_ptr(workspace: WorkspaceView | None) -> tuple[int, int]:
+    """The view's device pointer and size, ``(0, 0)`` for none."""
     if workspace is None or workspace.nbytes == 0:
         return 0, 0
     return int(workspace.buffer.ptr), int(workspace.nbytes)
@@ -203,7 +293,7 @@ class MatMul(FloatKernel):
             copies.memset_d8(y.ptr, 0, y.nbytes, ctx.stream)
         if shape.problem is None:
             return
-        ws_ptr, ws_n = _workspace_ptr(workspace)
+        ws_ptr, ws_n = workspace_ptr(workspace)
         blas.run(shape.problem, a.ptr, b.ptr, y.ptr, ctx.stream, ws_ptr, ws_n,
                  ordinal=a.device)
 
@@ -294,7 +384,7 @@ class Gemm(FloatKernel):
                 copies.memset_d8(y.ptr, 0, y.nbytes, ctx.stream)
                 return
             raise self.fail(ctx, "K == 0 with C is not supported on cuda")
-        ws_ptr, ws_n = _workspace_ptr(workspace)
+        ws_ptr, ws_n = workspace_ptr(workspace)
         blas.run(p, a.ptr, b.ptr, y.ptr, ctx.stream, ws_ptr, ws_n, alpha=alpha, beta=beta,
                  ordinal=a.device)
 

@@ -1,0 +1,189 @@
+"""``onnx_ep.fused::MatMulAdd`` on CUDA: ``Y = MatMul(A, B) + bias`` in one cuBLASLt call
+where it can, the counterpart of cpu_reference/fused_gemm.py.
+
+Two routes, chosen per call from :func:`~.gemm.matmul_add_shape` (pure Python, tested on
+the CPU):
+
+- **epilogue**: the product folds to one GEMM and the bias is one row of N values (the
+  biased q/k/v projections of a transformer): a ``GemmProblem`` with ``bias=True``, whose
+  plan adds the bias in cuBLASLt's epilogue (:mod:`~onnx_ep.providers.cuda.blas`). One
+  launch.
+- **residual**: a bias of the product's shape (``x + MatMul(h, W)``) is passed as
+  cuBLASLt's C with ``beta = 1``. One launch.
+- **broadcast**: anything else the cuda MatMul runs (a strided batch, a bias along M, a
+  scalar bias), a bias pointer off ``blas.BIAS_ALIGNMENT``, or a cuBLASLt
+  without an algorithm for the epilogue at these shapes: the bias is written into Y first
+  (``broadcast_rows`` of gemm.cu, or a copy) and the GEMM adds onto it with ``beta = 1``,
+  as Gemm does with C. Two launches.
+
+The epilogue's heuristic is asked in ``workspace_requirement`` (plan time), which declares
+the workspace of the route a call at arena-aligned pointers takes; execution finds the same
+plans by dict lookup, so nothing is planned while a stream captures unless a pointer is
+less aligned than the arena's (a user's DLPack view; cuda MatMul does the same then).
+
+Numerics: both routes accumulate in float32 and add the bias to the float32 sum before the
+one rounding to T, so the promise is MatMul's :data:`~onnx_ep.providers.cuda.blas.GEMM_PARITY`
+against the reference's float64 sum rounded once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from onnx_ep.core.fusion import FUSED_DOMAIN
+from onnx_ep.core.kernel import (
+    ExecutionContext,
+    NodeMeta,
+    OpKey,
+    Support,
+    TensorSpec,
+    WorkspaceRequirement,
+    WorkspaceView,
+)
+from onnx_ep.errors import NodeError
+from onnx_ep.providers.cuda import blas, copies
+from onnx_ep.providers.cuda.kernels.base import (
+    BLOCK,
+    I64,
+    PTR,
+    FloatKernel,
+    grid_1d,
+    prod,
+    static_shape,
+    suffix,
+)
+from onnx_ep.providers.cuda.kernels.gemm import (
+    MatMulAddShape,
+    matmul_add_shape,
+    matmul_shape,
+    workspace_ptr,
+)
+
+#: how a MatMulAdd call runs (:func:`route`)
+EPILOGUE, BROADCAST = "epilogue", "broadcast"
+
+
+def symbolic_problem(a: Sequence[Any], b: Sequence[Any], bias: Sequence[Any]) -> str | None:
+    """What the known ranks of shapes with symbolic dims already rule out, or ``None``."""
+    if len(b) > 2 and len(a) != len(b):
+        return (f"ranks {len(a)} and {len(b)} with a batched B broadcast; the cuda MatMul "
+                f"runs equal batches or a single B matrix only")
+    out_rank = max(len(a), len(b), 2) - (len(a) == 1) - (len(b) == 1)
+    if len(bias) > out_rank:
+        return (f"bias of rank {len(bias)} would grow the MatMul output of rank {out_rank} "
+                f"(the sum must keep the product's shape)")
+    if any(d != 1 for d in bias[:-2]):
+        return (f"bias of shape {tuple(bias)} with symbolic dims may change along the batch "
+                f"dims; the cuda MatMulAdd takes biases that repeat over every dim but the "
+                f"last two")
+    return None
+
+
+def route(shape: MatMulAddShape, ptrs: tuple[int, ...], bias_ptr: int | None, ordinal: int,
+          workspace_nbytes: int) -> tuple[str, blas.MatmulPlan | None]:
+    """The route of one call and the plan it runs (``None``: nothing to multiply).
+
+    :param ptrs: A, B and Y's pointers; empty at plan time (the arena's alignment).
+    :param bias_ptr: the bias pointer, ``None`` at plan time (weights are aligned).
+    """
+    if shape.fused is not None and (bias_ptr is None or bias_ptr % blas.BIAS_ALIGNMENT == 0):
+        plan = blas.find_plan(shape.fused, ptrs, ordinal, workspace_nbytes)
+        if plan is not None:
+            return EPILOGUE, plan
+    problem = shape.matmul.problem
+    if problem is None:
+        return BROADCAST, None
+    return BROADCAST, blas.plan_for_pointers(problem, ptrs, ordinal, workspace_nbytes,
+                                             fit_workspace=True)
+
+
+class MatMulAdd(FloatKernel):
+    """``onnx_ep.fused::MatMulAdd(A, B, bias)``: ONNX MatMul, plus a bias broadcast to it."""
+
+    source = "gemm"
+
+    def __init__(self) -> None:
+        super().__init__("MatMulAdd", since=1, parities=blas.GEMM_PARITY)
+        self.key = OpKey(FUSED_DOMAIN, "MatMulAdd", 1)
+
+    def check(self, meta: NodeMeta) -> Support:
+        if not blas.support():
+            return blas.support()
+        if len(meta.inputs) != 3 or any(s is None for s in meta.inputs):
+            return Support.no(f"MatMulAdd takes 3 inputs (A, B, bias), got "
+                              f"{len(meta.inputs)} known")
+        a, b, bias = meta.inputs
+        if len(a.shape) == 0 or len(b.shape) == 0:
+            return Support.no("MatMul needs inputs of rank >= 1")
+        sa, sb, sc = static_shape(a), static_shape(b), static_shape(bias)
+        if sa is not None and sb is not None and sc is not None:
+            try:
+                matmul_add_shape(sa, sb, sc, a.dtype)
+            except NodeError as e:
+                return Support.no(e.detail)
+            return Support.YES
+        why = symbolic_problem(a.shape, b.shape, bias.shape)
+        return Support.no(why) if why else Support.YES
+
+    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
+        sa, sb = static_shape(meta.inputs[0]), static_shape(meta.inputs[1])
+        if sa is None or sb is None:
+            return [None]
+        return [TensorSpec(meta.inputs[0].dtype, matmul_shape(sa, sb, meta.inputs[0].dtype).out)]
+
+    def workspace_requirement(self, meta: NodeMeta) -> WorkspaceRequirement:
+        def size() -> WorkspaceRequirement:
+            a, b, bias = meta.inputs
+            try:
+                shape = matmul_add_shape(a.shape, b.shape, bias.shape, a.dtype)
+            except NodeError:
+                return WorkspaceRequirement.NONE   # execution raises it with the run's shapes
+            _, plan = route(shape, (), None, 0, blas.MAX_WORKSPACE_BYTES)
+            if plan is None or plan.workspace_size == 0:
+                return WorkspaceRequirement.NONE
+            return WorkspaceRequirement(plan.workspace_size)
+        return self.plan_time(meta, size)
+
+    def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
+                               outputs: list[Any], workspace: WorkspaceView | None) -> None:
+        a, b, bias = inputs
+        y = outputs[0]
+        try:
+            shape = matmul_add_shape(a.shape, b.shape, bias.shape, a.dtype)
+        except NodeError as e:
+            raise self.fail(ctx, e.detail) from None
+        if prod(shape.matmul.out) == 0:
+            return
+        ws_ptr, ws_n = workspace_ptr(workspace)
+        ordinal = a.device
+        how, _ = route(shape, (a.ptr, b.ptr, y.ptr), int(bias.ptr), ordinal, ws_n)
+        if how == EPILOGUE:
+            assert shape.fused is not None
+            blas.run(shape.fused, a.ptr, b.ptr, y.ptr, ctx.stream, ws_ptr, ws_n,
+                     bias_ptr=int(bias.ptr), ordinal=ordinal, fit_workspace=True)
+            return
+        if shape.matmul.problem is not None and tuple(bias.shape) == tuple(shape.matmul.out):
+            # a bias of the product's shape (a residual) is cuBLASLt's C: one call, no copy
+            blas.run(shape.matmul.problem, a.ptr, b.ptr, y.ptr, ctx.stream, ws_ptr, ws_n,
+                     beta=1.0, c_ptr=int(bias.ptr), ordinal=ordinal, fit_workspace=True)
+            return
+        self.write_bias(ctx, shape, bias, y)
+        if shape.matmul.problem is not None:
+            blas.run(shape.matmul.problem, a.ptr, b.ptr, y.ptr, ctx.stream, ws_ptr, ws_n,
+                     beta=1.0, ordinal=ordinal, fit_workspace=True)
+
+    def write_bias(self, ctx: ExecutionContext, shape: MatMulAddShape, bias: Any, y: Any) -> None:
+        """Y = bias broadcast to Y's shape (a copy when they have one shape)."""
+        if tuple(bias.shape) == tuple(shape.matmul.out):
+            copies.copy_dtod(y.ptr, bias.ptr, y.nbytes, ctx.stream)
+            return
+        r = shape.rows
+        n = prod(shape.matmul.out)
+        fn = self.function(f"broadcast_rows_{suffix(y.dtype)}", y)
+        self.launch(fn, grid_1d(n), (BLOCK, 1, 1),
+                    [(y.ptr, PTR), (bias.ptr, PTR), (n, I64), (r.rows, I64), (r.cols, I64),
+                     (r.row_stride, I64), (r.col_stride, I64)], ctx.stream)
+
+
+KERNELS: list[Any] = [MatMulAdd()]
