@@ -8,7 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from onnx_ep import Session, SessionOptions
 from onnx_ep.core.kernel import Parity
+from onnx_ep.providers.cuda.kernels import movement as mv
 from tests.helpers.cuda_family import FLOATS, check, model, random
 
 pytestmark = pytest.mark.cuda
@@ -116,3 +118,90 @@ def test_big_transpose_and_concat_use_wide_elements(cuda_device):
     check(model("Transpose", {"x": x}, {"perm": [1, 0, 2]}), {"x": x}, EXACT)
     feeds = {"a": x, "b": x[:, :, :64].copy()}
     check(model("Concat", feeds, {"axis": 2}), feeds, EXACT)
+
+
+# ---------------------------------------------------------------- Concat, byte for byte
+
+def _bits(shapes, dtype, seed=0) -> list[np.ndarray]:
+    """Random bytes as ``dtype`` (NaN payloads included: a copy must keep them), 0/1 for
+    bool."""
+    dt = np.dtype(dtype)
+    if dt == np.bool_:
+        return [random(s, dt, seed + k) for k, s in enumerate(shapes)]
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, 256, int(np.prod(s)) * dt.itemsize, dtype=np.uint8)
+            .view(dt).reshape(s) for s in shapes]
+
+
+def _concat_on_cuda(xs, axis) -> None:
+    feeds = {f"x{k}": x for k, x in enumerate(xs)}
+    sess = Session(model("Concat", feeds, {"axis": axis}), providers=["cuda"],
+                   options=SessionOptions(capture="off"))
+    for _ in range(2):                       # the second run reuses the plan and launches
+        got = np.asarray(sess.run(None, feeds)[0])
+        want = np.concatenate(xs, axis=axis)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert got.tobytes() == want.tobytes()
+
+
+CONCAT_CASES = [
+    # 1, 2, 3, 9 and 20 inputs; empty inputs mixed in; axis 0 / middle / last; odd rows
+    # (1- and 2-byte elements) and wide ones
+    ([(2, 3, 4)], 1),
+    ([(2, 3, 4), (2, 5, 4)], 1),
+    ([(3, 5, 7), (3, 5, 1), (3, 5, 3)], -1),
+    ([(2, 3), (5, 3), (1, 3)], 0),
+    ([(2, k, 3) for k in (1, 2, 0, 3, 1, 4, 0, 2, 5)], 1),
+    ([(k,) for k in (1, 1, 2, 0, 1, 3, 1, 1, 0, 1, 4, 1, 1, 1, 2, 1, 0, 1, 1, 1)], 0),
+    ([(3, k % 4, 5) for k in range(20)], 1),
+    ([(4, 1, 2)] * 17, 1),
+    ([(3, 8)] * 16 + [(3, 1)], 1),
+    ([(0, 4), (3, 4), (0, 4), (2, 4)], 0),
+    ([(2, 0, 4), (2, 3, 4), (2, 0, 4)], 1),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+@pytest.mark.parametrize("shapes,axis", CONCAT_CASES, ids=lambda v: str(v)[:24])
+def test_concat_copies_every_byte(cuda_device, dtype, shapes, axis):
+    _concat_on_cuda(_bits(shapes, dtype), axis)
+
+
+@pytest.mark.parametrize("shapes,axis", [
+    ([(1, 2, 128, 64), (1, 2, 1, 64)], 2),         # KV-cache append
+    ([(1, 2, 1, 64), (1, 2, 128, 64)], 2),
+    ([(1, 14, 1, 32), (1, 14, 1, 32)], -1),        # rotary halves
+    ([(1, 14, 7, 64)] * 3, 0),
+    ([(2, 8, 512), (2, 8, 64)], -1),
+])
+def test_concat_of_aligned_float16_decode_shapes(cuda_device, shapes, axis):
+    _concat_on_cuda(_bits(shapes, np.float16), axis)
+
+
+def test_concat_of_int64_shape_vectors(cuda_device):
+    _concat_on_cuda(_bits([(1,)] * 12, np.int64), 0)
+    _concat_on_cuda(_bits([(1,), (2,), (0,), (1,)] * 5, np.int64), 0)
+
+
+@pytest.mark.parametrize("shapes,axis,launches", [
+    ([(1, 2, 128, 64), (1, 2, 1, 64)], 2, 1),
+    ([(1, 14, 1, 32), (1, 14, 1, 32)], -1, 1),
+    ([(1,)] * 16, 0, 1),
+    ([(3, 1, 5)] * 20, 1, 2),
+])
+def test_concat_launches_once_per_group_of_inputs(cuda_device, monkeypatch, shapes, axis,
+                                                  launches):
+    calls = []
+
+    def counted(self, *args, **kw):
+        calls.append(args[0])
+        return mv.CudaKernel.launch(self, *args, **kw)
+
+    monkeypatch.setattr(mv.Concat, "launch", counted)
+    xs = _bits(shapes, np.float16)
+    feeds = {f"x{k}": x for k, x in enumerate(xs)}
+    sess = Session(model("Concat", feeds, {"axis": axis}), providers=["cuda"],
+                   options=SessionOptions(capture="off"))
+    got = np.asarray(sess.run(None, feeds)[0])
+    assert got.tobytes() == np.concatenate(xs, axis=axis).tobytes()
+    assert len(calls) == launches

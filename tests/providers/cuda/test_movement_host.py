@@ -1,5 +1,6 @@
 """Host-side logic of the CUDA movement kernels (no GPU): coalescing, element widening,
-the Transpose route, broadcast strides, Slice attributes and shape inference.
+the Transpose route, broadcast strides, Concat's launch groups, Slice attributes and
+shape inference.
 
 The geometry tests replay what ``movement.cu`` does with the planned geometry in numpy
 (the kernels are one line each: ``y[i] = x[offset(i)]``), so a wrong plan fails here.
@@ -8,6 +9,8 @@ The geometry tests replay what ``movement.cu`` does with the planned geometry in
 from __future__ import annotations
 
 import itertools
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -190,3 +193,267 @@ def test_geo_struct_layout_matches_the_cuda_struct():
     with pytest.raises(ValueError):
         Geo.of([1] * 9, [1] * 9)
     assert contiguous_strides((2, 3, 4)) == [12, 4, 1]
+
+
+# ---------------------------------------------------------------- Concat: groups of inputs
+# concat_plan's launches are replayed the way movement.cu's concat / copy2d kernels run
+# them, in a numpy "device memory" whose addresses the tests choose, so widths, pointers,
+# offsets and pitches are all checked against numpy.concatenate byte for byte.
+
+_UNIT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64, 16: np.dtype("V16")}
+_CU = Path(mv.__file__).with_name("movement.cu").read_text()
+
+
+class _Memory:
+    """Byte-addressed memory; each tensor lands ``skew`` bytes past a 256-byte boundary."""
+
+    def __init__(self) -> None:
+        self.bytes = np.zeros(1 << 22, np.uint8)
+        self.top = 256
+
+    def tensor(self, array: np.ndarray, skew: int = 0) -> _Tensor:
+        t = _Tensor(self, self.top + skew, array.dtype, array.shape)
+        t.array()[...] = array
+        self.top += -(-(skew + max(t.nbytes, 1)) // 256) * 256
+        return t
+
+    def units(self, width: int) -> np.ndarray:
+        return self.bytes.view(_UNIT[width])
+
+
+class _Tensor:
+    def __init__(self, mem: _Memory, ptr: int, dtype, shape) -> None:
+        self.mem, self.ptr, self.dtype, self.shape = mem, ptr, np.dtype(dtype), tuple(shape)
+        self.size = int(np.prod(self.shape, dtype=np.int64))
+        self.ndim, self.nbytes, self.device = len(self.shape), self.size * self.dtype.itemsize, 0
+
+    def array(self) -> np.ndarray:
+        return self.mem.bytes[self.ptr:self.ptr + self.nbytes].view(self.dtype).reshape(self.shape)
+
+
+def _replay_concat(mem: _Memory, width: int, table: mv.CatInputs, dst: int, pitch: int,
+                   rows: int) -> None:
+    """What ``concat_x<width>(table, dst, pitch, rows)`` writes, thread by thread."""
+    n = table.n
+    off = np.array(table.off[:n + 1], np.int64)
+    src = np.array(table.src[:n], np.int64)
+    assert 1 <= n <= mv.CONCAT_GROUP and off[0] == 0 and np.all(np.diff(off) > 0)
+    assert dst % width == 0 and np.all(src % width == 0), "unaligned access"
+    cols = int(off[n])
+    i = np.arange(rows * cols)
+    r, j = i // cols, i % cols
+    k = np.searchsorted(off[1:n], j, side="right")   # the kernel's linear scan
+    begin, span = off[k], off[k + 1] - off[k]
+    u = mem.units(width)
+    u[dst // width + r * pitch + j] = u[src[k] // width + r * span + (j - begin)]
+
+
+def _replay_copy2d(mem: _Memory, width: int, src: int, sp: int, dst: int, dp: int,
+                   rows: int, cols: int) -> None:
+    assert src % width == 0 and dst % width == 0, "unaligned access"
+    i = np.arange(rows * cols)
+    r, j = i // cols, i % cols
+    u = mem.units(width)
+    u[dst // width + r * dp + j] = u[src // width + r * sp + j]
+
+
+def _replay_plan(mem: _Memory, itemsize: int, plan: list[mv.ConcatGroup]) -> None:
+    for g in plan:
+        if len(g.srcs) == 1:
+            f = g.width // itemsize
+            _replay_copy2d(mem, itemsize, g.srcs[0], g.cols * f, g.dst, g.pitch * f,
+                           g.rows, g.cols * f)
+        else:
+            _replay_concat(mem, g.width, g.table(), g.dst, g.pitch, g.rows)
+
+
+def _pieces(shapes, dtype, seed=0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    dt = np.dtype(dtype)
+    return [rng.integers(0, 256, int(np.prod(s)) * dt.itemsize, dtype=np.uint8)
+            .view(dt).reshape(s) for s in shapes]
+
+
+def _axis_dims(shapes, axis):
+    return [s[axis] for s in shapes]
+
+
+CONCAT_CASES = [
+    # (shapes, axis): 1, 2, 3, 9 and 20 inputs; empty inputs mixed in; axis 0 / middle /
+    # last; odd rows (width 1 or 2) and aligned float16 decode shapes
+    ([(2, 3, 4)], 1),
+    ([(1, 2, 128, 64), (1, 2, 1, 64)], 2),                       # KV-cache append
+    ([(1, 14, 1, 32), (1, 14, 1, 32)], -1),                      # rotary halves
+    ([(3, 5, 7), (3, 5, 1), (3, 5, 3)], -1),
+    ([(2, 3), (5, 3), (1, 3)], 0),
+    ([(2, k, 3) for k in (1, 2, 0, 3, 1, 4, 0, 2, 5)], 1),
+    ([(k,) for k in (1, 1, 2, 0, 1, 3, 1, 1, 0, 1, 4, 1, 1, 1, 2, 1, 0, 1, 1, 1)], 0),
+    ([(3, k % 4, 5) for k in range(20)], 1),
+    ([(4, 1, 2)] * 17, 1),
+    ([(3, 8)] * 16 + [(3, 1)], 1),                               # odd output rows
+    ([(0, 4), (3, 4), (0, 4), (2, 4)], 0),
+    ([(2, 0, 4), (2, 3, 4), (2, 0, 4)], 1),
+    ([(2, 0), (2, 0)], 1),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.int64, np.int8, np.complex128])
+@pytest.mark.parametrize("shapes,axis", CONCAT_CASES, ids=lambda v: str(v)[:24])
+@pytest.mark.parametrize("skew", [0, 1, 8])
+def test_concat_plan_reproduces_numpy_concatenate(dtype, shapes, axis, skew):
+    xs = _pieces(shapes, dtype)
+    want = np.concatenate(xs, axis=axis)
+    es = np.dtype(dtype).itemsize
+    mem = _Memory()
+    # skew moves every other input off its boundary, in whole elements
+    ins = [mem.tensor(x, (skew * es) if k % 2 else 0) for k, x in enumerate(xs)]
+    y = mem.tensor(np.zeros(want.shape, want.dtype))
+    a = axis % want.ndim
+    outer, inner = int(np.prod(want.shape[:a])), int(np.prod(want.shape[a + 1:]))
+    plan = mv.concat_plan(es, outer, [d * inner for d in _axis_dims(shapes, a)],
+                          [t.ptr for t in ins], y.ptr)
+    _replay_plan(mem, es, plan)
+    assert y.array().tobytes() == want.tobytes()
+    live = sum(1 for s in shapes if s[a] and outer)
+    assert len(plan) == -(-live // mv.CONCAT_GROUP)
+    assert all(1 <= len(g.srcs) <= mv.CONCAT_GROUP for g in plan)
+
+
+def test_concat_plan_groups_non_empty_inputs():
+    plan = mv.concat_plan(8, 1, [1] * 20, [256 * k for k in range(20)], 1 << 16)
+    assert [len(g.srcs) for g in plan] == [16, 4]
+    assert plan[1].dst == (1 << 16) + 16 * 8
+    # four empty inputs leave sixteen: one launch
+    plan = mv.concat_plan(8, 1, [1, 0] * 4 + [1] * 12, [256 * k for k in range(20)], 0)
+    assert [len(g.srcs) for g in plan] == [16]
+    assert 256 not in plan[0].srcs
+    assert mv.concat_plan(2, 4, [3, 5], [0, 64], 128, group=1)[1].dst == 128 + 6
+    assert mv.concat_plan(2, 0, [3, 5], [0, 64], 128) == []
+    assert mv.concat_plan(2, 3, [0, 0], [0, 64], 128) == []
+
+
+def test_concat_width_is_the_widest_every_access_allows():
+    # KV-cache append, float16: rows of 16384 and 128 bytes -> 16-byte elements
+    g, = mv.concat_plan(2, 2, [128 * 64, 64], [0, 1 << 20], 1 << 21)
+    assert (g.width, g.offsets, g.pitch, g.rows) == (16, (0, 1024, 1032), 1032, 2)
+    # rotary halves: 64-byte rows -> 16 bytes, 4 per half
+    g, = mv.concat_plan(2, 14, [32, 32], [0, 4096], 8192)
+    assert (g.width, g.offsets, g.pitch) == (16, (0, 4, 8), 8)
+    # int64 shape vectors: one 8-byte element each
+    g, = mv.concat_plan(8, 1, [1, 1, 1], [0, 256, 512], 1024)
+    assert (g.width, g.offsets) == (8, (0, 1, 2, 3))
+    # odd float16 rows stay 2-byte; odd int8 rows 1-byte
+    assert mv.concat_plan(2, 3, [3, 5], [0, 256], 512)[0].width == 2
+    assert mv.concat_plan(1, 3, [3, 5], [0, 256], 512)[0].width == 1
+    # a pointer 8 bytes off a 16-byte boundary caps the width at 8
+    assert mv.concat_plan(2, 3, [8, 8], [0, 264], 512)[0].width == 8
+    # an element wider than every vector is moved as it is
+    assert mv.concat_plan(16, 3, [1, 1], [0, 256], 512)[0].width == 16
+
+
+def test_concat_output_pitch_limits_the_width_only_with_several_rows():
+    # group 1 is aligned, group 2 has an odd row: with 3 rows the output pitch is odd bytes
+    ptrs = [256 * k for k in range(17)]
+    sizes = [8] * 16 + [1]
+    assert [g.width for g in mv.concat_plan(2, 3, sizes, ptrs, 1 << 16)] == [2, 2]
+    wide, tail = mv.concat_plan(2, 1, sizes, ptrs, 1 << 16)
+    assert (wide.width, wide.pitch, tail.width) == (16, 16, 2)
+
+
+def test_concat_table_layout_matches_the_cuda_struct():
+    # struct CatInputs { const void* src[16]; long long off[17]; int n; } -> 272 bytes
+    import ctypes
+
+    assert f"#define EP_CAT_MAX {mv.CONCAT_GROUP}\n" in _CU
+    assert ctypes.sizeof(mv.CatInputs) == 272
+    assert (mv.CatInputs.src.offset, mv.CatInputs.off.offset, mv.CatInputs.n.offset) == \
+        (0, 128, 264)
+    g = mv.ConcatGroup(width=4, dst=0, pitch=5, rows=1, srcs=(64, 128), offsets=(0, 2, 5))
+    t = g.table()
+    assert (t.n, list(t.src[:2]), list(t.off[:3])) == (2, [64, 128], [0, 2, 5])
+    with pytest.raises(ValueError):
+        mv.ConcatGroup(width=1, dst=0, pitch=17, rows=1, srcs=(0,) * 17,
+                       offsets=tuple(range(18))).table()
+
+
+def test_every_concat_width_is_instantiated():
+    assert re.search(r"void concat_##S\(CatInputs c, S##_t\* y, long long yp,\s*\\\s*"
+                     r"long long rows\)", _CU)
+    for w in mv.WIDTHS:
+        assert f"EP_MOVEMENT(x{w})" in _CU
+
+
+# ---------------------------------------------------------------- Concat: execute, emulated
+
+@pytest.fixture
+def emulated(monkeypatch):
+    """Concat's launches and copies replayed in a :class:`_Memory`; returns (memory, log)."""
+    from onnx_ep.providers.cuda import copies
+
+    mem, log = _Memory(), []
+
+    def launch(self, fn, grid, block, args, stream, shared=0):
+        op, _, sfx = fn.rpartition("_x")
+        vals = [v for v, _ in args]
+        log.append(op)
+        if op == "concat":
+            assert len(args) == 4 and args[0][1] is None       # the struct travels by value
+            assert grid[0] * block[0] >= vals[3] * vals[0].off[vals[0].n]
+            _replay_concat(mem, int(sfx), *vals)
+        elif op == "copy2d":
+            _replay_copy2d(mem, int(sfx), *vals)
+        else:
+            raise AssertionError(f"unexpected launch {fn}")
+
+    def copy_dtod(dst, src, nbytes, stream):
+        log.append("memcpy")
+        mem.bytes[dst:dst + nbytes] = mem.bytes[src:src + nbytes]
+
+    monkeypatch.setattr(mv.CudaKernel, "function", lambda self, symbol, t: symbol)
+    monkeypatch.setattr(mv.CudaKernel, "launch", launch)
+    monkeypatch.setattr(copies, "copy_dtod", copy_dtod)
+    return mem, log
+
+
+def _run_concat(mem, xs, axis, opset=13):
+    from onnx_ep.core.kernel import ExecutionContext
+
+    want = np.concatenate(xs, axis=axis)
+    ins = [mem.tensor(x) for x in xs]
+    y = mem.tensor(np.zeros(want.shape, want.dtype))
+    meta = _meta("Concat", [TensorSpec(x.dtype, x.shape) for x in xs], opset=opset, axis=axis)
+    k = KERNELS["Concat"]
+    assert k.supports(meta)
+    k.bind(meta).execute_with_workspace(ExecutionContext(meta), ins, [y], None)
+    assert y.array().tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("shapes,axis,launches", [
+    ([(1, 2, 128, 64), (1, 2, 1, 64)], 2, ["concat"]),
+    ([(1, 14, 1, 32), (1, 14, 1, 32)], -1, ["concat"]),
+    ([(1,)] * 9, 0, ["concat"]),
+    ([(3, 1, 5)] * 20, 1, ["concat", "concat"]),
+    ([(4, 1, 2)] * 17, 1, ["concat", "copy2d"]),
+    ([(1,)] * 17, 0, ["concat", "memcpy"]),
+    ([(2, 0, 4), (2, 3, 4), (2, 0, 4)], 1, ["memcpy"]),
+    ([(0, 4), (3, 4)], 0, ["memcpy"]),
+    ([(2, 3)], 0, ["memcpy"]),
+])
+def test_concat_launches_once_per_group(emulated, shapes, axis, launches):
+    mem, log = emulated
+    _run_concat(mem, _pieces(shapes, np.float16), axis)
+    assert log == launches
+
+
+def test_concat_rejects_inputs_that_do_not_fill_the_output(emulated):
+    from onnx_ep.core.kernel import ExecutionContext
+    from onnx_ep.errors import NodeError
+
+    mem, log = emulated
+    xs = [mem.tensor(x) for x in _pieces([(2, 3), (2, 1)], np.float32)]
+    y = mem.tensor(np.zeros((2, 5), np.float32))
+    meta = _meta("Concat", [TensorSpec(x.dtype, x.shape) for x in xs], opset=13, axis=1)
+    with pytest.raises(NodeError, match="add up to 4"):
+        KERNELS["Concat"].bind(meta).execute_with_workspace(ExecutionContext(meta), xs, [y],
+                                                            None)
+    assert log == []

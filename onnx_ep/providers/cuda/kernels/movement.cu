@@ -1,6 +1,7 @@
 // Data movement: Transpose / Expand (strided gather), the tiled last-two-axes transpose,
-// Concat / Split (2-D block copies), Slice (starts/axes/steps read on the device),
-// Gather and Tile. Values are copied, never computed: parity is exact.
+// Concat (up to EP_CAT_MAX inputs per launch), Split (2-D block copies), Slice
+// (starts/axes/steps read on the device), Gather and Tile. Values are copied, never
+// computed: parity is exact.
 //
 // Kernels are instantiated by element SIZE, not dtype (suffixes x1, x2, x4, x8, x16),
 // because copies only move bytes; the Python side widens the element (e.g. 4 float16
@@ -51,6 +52,34 @@ __device__ void copy2d(const T* __restrict__ x, long long x_pitch, T* __restrict
     for (long long i = global_tid(); i < n; i += grid_threads()) {
         long long r = i / cols, j = i - r * cols;
         y[r * y_pitch + j] = x[r * x_pitch + j];
+    }
+}
+
+// Concat of up to EP_CAT_MAX inputs in one launch (Python: movement.CatInputs, same layout).
+// The output is viewed as [rows, y_pitch]; this launch fills columns [0, off[n]) of every
+// row from y on. Input k is [rows, off[k+1] - off[k]] at src[k], contiguous. All counts
+// are in elements of the instantiated width; empty inputs are left out by the host.
+#define EP_CAT_MAX 16
+
+struct CatInputs {
+    const void* src[EP_CAT_MAX];
+    long long off[EP_CAT_MAX + 1];  // off[0] = 0; off[n] = the columns this launch fills
+    int n;
+};
+
+// One thread per output element, consecutive threads on consecutive columns, so reads
+// and writes coalesce as copy2d's do. The input is found by a linear scan: the table is
+// short and a warp straddles at most a few inputs (the scan diverges only there).
+template <class T>
+__device__ void concat(const CatInputs& c, T* __restrict__ y, long long y_pitch,
+                       long long rows) {
+    long long cols = c.off[c.n], n = rows * cols;
+    for (long long i = global_tid(); i < n; i += grid_threads()) {
+        long long r = i / cols, j = i - r * cols;
+        int k = 0;
+        while (k + 1 < c.n && j >= c.off[k + 1]) ++k;
+        long long begin = c.off[k], width = c.off[k + 1] - begin;
+        y[r * y_pitch + j] = ((const T*)c.src[k])[r * width + (j - begin)];
     }
 }
 
@@ -149,6 +178,10 @@ extern "C" __global__ void transpose_tile_##S(const S##_t* x, S##_t* y, long lon
 extern "C" __global__ void copy2d_##S(const S##_t* x, long long xp, S##_t* y, long long yp, \
                                       long long rows, long long cols) {                     \
     copy2d<S##_t>(x, xp, y, yp, rows, cols);                                                \
+}                                                                                           \
+extern "C" __global__ void concat_##S(CatInputs c, S##_t* y, long long yp,                  \
+                                      long long rows) {                                     \
+    concat<S##_t>(c, y, yp, rows);                                                          \
 }                                                                                           \
 extern "C" __global__ void slice_##S(const S##_t* x, S##_t* y, Geo out, Geo in,             \
                                      const void* starts, const void* axes,                  \

@@ -6,6 +6,10 @@ instantiated by element size; the host side coalesces dims that stay contiguous 
 widens the element to 2-16 bytes where the innermost run and the alignment allow, so a
 float16 Concat moves 16-byte words.
 
+Concat copies up to :data:`CONCAT_GROUP` non-empty inputs in one launch (a decode step's
+KV-cache append and rotary halves are one launch each, not one per input); the plan is
+:func:`concat_plan`.
+
 Shapes that depend on device values (Reshape's shape, Slice's starts/ends, Expand's
 shape, Tile's repeats, Split's sizes) come from the pre-bound outputs: the host never
 reads those inputs. Slice reads starts/axes/steps in the kernel.
@@ -38,9 +42,19 @@ from onnx_ep.providers.cuda.kernels.base import (
     prod,
     struct_arg,
 )
-
-#: element widths (bytes) the kernels are instantiated for
-WIDTHS = (16, 8, 4, 2, 1)
+from onnx_ep.providers.cuda.kernels.movement_plan import (  # noqa: F401 (the geometry's home)
+    CONCAT_GROUP,
+    WIDTHS,
+    CatInputs,
+    ConcatGroup,
+    block_copy_width,
+    broadcast_strides,
+    coalesce,
+    concat_plan,
+    tile_grid,
+    transpose_plan,
+    widen,
+)
 
 
 def _movable(spec: TensorSpec | None) -> Support:
@@ -49,112 +63,6 @@ def _movable(spec: TensorSpec | None) -> Support:
     if spec.dtype.kind in "OUS" or spec.dtype.itemsize not in (1, 2, 4, 8, 16):
         return Support.no(f"dtype {spec.dtype} cannot live on cuda")
     return Support.YES
-
-
-# ---------------------------------------------------------------- host-side geometry
-
-def coalesce(sizes: Sequence[int], strides: Sequence[int]) -> tuple[list[int], list[int]]:
-    """Drop size-1 dims and merge neighbours whose strides make them one run.
-
-    ``sizes`` are output dims in row-major order, ``strides`` the input strides (elements)
-    that each output dim steps by (0 for broadcast). Dims ``i, i+1`` merge when
-    ``stride[i] == stride[i+1] * size[i+1]``. An empty result means one element.
-    """
-    out_n: list[int] = []
-    out_s: list[int] = []
-    for n, s in zip(sizes, strides):
-        n, s = int(n), int(s)
-        if n == 1:
-            continue
-        if out_n and out_s[-1] == s * n:
-            out_n[-1] *= n
-            out_s[-1] = s
-        else:
-            out_n.append(n)
-            out_s.append(s)
-    return out_n, out_s
-
-
-def widen(itemsize: int, sizes: list[int], strides: list[int],
-          ptrs: Sequence[int]) -> tuple[int, list[int], list[int]]:
-    """The widest element (bytes) that keeps every access aligned, and the dims in it.
-
-    Only the innermost dim may widen, and only when it is contiguous (stride 1).
-    """
-    if not sizes or strides[-1] != 1:
-        return itemsize, sizes, strides
-    run = sizes[-1] * itemsize
-    for w in WIDTHS:
-        if w <= itemsize:
-            break
-        if run % w or any(p % w for p in ptrs) or any((s * itemsize) % w
-                                                      for s in strides[:-1]):
-            continue
-        k = w // itemsize
-        return (w, *coalesce(sizes[:-1] + [sizes[-1] // k],
-                             [s // k for s in strides[:-1]] + [1]))
-    return itemsize, sizes, strides
-
-
-def transpose_plan(shape: Sequence[int], perm: Sequence[int], itemsize: int,
-                   ptrs: Sequence[int] = (0, 0)) -> tuple[str, int, tuple[int, ...]]:
-    """How to run a Transpose: ``("copy", width, ())``, ``("tile", width, (B, R, C))``
-    (out[b][c][r] = in[b][r][c]) or ``("strided", width, (sizes..., strides...))``."""
-    st = contiguous_strides(shape)
-    sizes, strides = coalesce([shape[p] for p in perm], [st[p] for p in perm])
-    w, sizes, strides = widen(itemsize, sizes, strides, ptrs)
-    if not sizes or (len(sizes) == 1 and strides[0] == 1):
-        return "copy", w, ()
-    if 2 <= len(sizes) <= 3 and strides[-2] == 1 and strides[-1] == sizes[-2]:
-        c, r = sizes[-2], sizes[-1]
-        if len(sizes) == 2 or strides[0] == r * c:
-            return "tile", w, (sizes[0] if len(sizes) == 3 else 1, r, c)
-    return "strided", w, tuple(sizes) + tuple(strides)
-
-
-def tile_grid(batch: int, rows: int, cols: int) -> tuple[int, int, int]:
-    """Grid of ``transpose_tile``: x over column tiles; (y, z) cover batch * row tiles
-    (the kernel loops when they exceed 65535 * 65535)."""
-    total = batch * -(-rows // 32)
-    gy = max(1, min(total, 65535))
-    gz = max(1, min(-(-total // gy), 65535))
-    return (max(1, -(-cols // 32)), gy, gz)
-
-
-def broadcast_strides(in_shape: Sequence[int], out_shape: Sequence[int]) -> list[int]:
-    """Input strides (elements) for each output dim, 0 on broadcast dims (right-aligned).
-
-    :raises ValueError: the shapes do not broadcast to ``out_shape``.
-    """
-    r_in, r_out = len(in_shape), len(out_shape)
-    if r_in > r_out:
-        raise ValueError(f"input rank {r_in} exceeds output rank {r_out}")
-    st = contiguous_strides(in_shape)
-    out = []
-    for d in range(r_out):
-        k = d - (r_out - r_in)
-        if k < 0:
-            out.append(0)
-        elif in_shape[k] == out_shape[d]:
-            out.append(st[k])
-        elif in_shape[k] == 1:
-            out.append(0)
-        else:
-            raise ValueError(f"input shape {tuple(in_shape)} does not broadcast to "
-                             f"{tuple(out_shape)}")
-    return out
-
-
-def block_copy_width(itemsize: int, cols: int, pitches: Sequence[int],
-                     ptrs: Sequence[int]) -> int:
-    """Widest element for a 2-D block copy of ``cols`` elements per row."""
-    for w in WIDTHS:
-        if w <= itemsize:
-            return itemsize
-        if (cols * itemsize) % w == 0 and all((p * itemsize) % w == 0 for p in pitches) \
-                and all(p % w == 0 for p in ptrs):
-            return w
-    return itemsize
 
 
 # ---------------------------------------------------------------- launches
@@ -318,18 +226,22 @@ class Concat(_Movement):
         y = outputs[0]
         a = _concat_axis(ctx.node, y.ndim)
         outer, inner = prod(y.shape[:a]), prod(y.shape[a + 1:])
-        es = y.dtype.itemsize
-        off = 0
-        for x in inputs:
-            if x is None:
-                continue
-            d = x.shape[a]
-            _block_copy(self, ctx, y, x.ptr, d * inner, y.ptr + off * inner * es,
-                        y.shape[a] * inner, outer, d * inner)
-            off += d
-        if off != y.shape[a]:
-            raise self.fail(ctx, f"inputs add up to {off} along axis {a}, output has "
+        xs = [x for x in inputs if x is not None]
+        dims = [x.shape[a] for x in xs]
+        if sum(dims) != y.shape[a]:
+            raise self.fail(ctx, f"inputs add up to {sum(dims)} along axis {a}, output has "
                                  f"{y.shape[a]}")
+        es = y.dtype.itemsize
+        for g in concat_plan(es, outer, [d * inner for d in dims], [x.ptr for x in xs], y.ptr):
+            if len(g.srcs) == 1:
+                # one input: a memcpy when it is one run, else the 2-D copy
+                f = g.width // es
+                _block_copy(self, ctx, y, g.srcs[0], g.cols * f, g.dst, g.pitch * f, g.rows,
+                            g.cols * f)
+                continue
+            self.launch(self.function(_sym("concat", g.width), y), grid_1d(g.rows * g.cols),
+                        (BLOCK, 1, 1), [struct_arg(g.table()), (g.dst, PTR), (g.pitch, I64),
+                                        (g.rows, I64)], ctx.stream)
 
 
 class Split(_Movement):
