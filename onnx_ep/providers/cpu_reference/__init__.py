@@ -36,6 +36,9 @@ def family_modules() -> tuple[ModuleType, ...]:
         einsum,
         elementwise,
         flex_attention,
+        fused,
+        fused_gemm,
+        gated,
         gemm,
         image,
         indexing,
@@ -63,9 +66,10 @@ def family_modules() -> tuple[ModuleType, ...]:
 
     return (
         activation, attention, cast, control_flow, conv, detection, einsum, elementwise,
-        flex_attention, gemm, image, indexing, linalg, loss, ml, movement, normalization, optional,
-        pool, quantize, random_ops, reduce, resize, rnn, selection, sequence, shape, softmax,
-        spectral, text, tfidf, training,
+        flex_attention, fused, gemm, image, indexing, linalg, loss, ml, movement, normalization,
+        optional, pool, quantize, random_ops, reduce, resize, rnn, selection, sequence, shape,
+        softmax, spectral, text, tfidf, training,
+        fused_gemm, gated,
     )
 
 

@@ -70,6 +70,9 @@ def kernel_modules() -> tuple[ModuleType, ...]:
         conv,
         einsum,
         elementwise,
+        fused,
+        fused_gemm,
+        gated,
         gemm,
         indexing,
         loss,
@@ -84,7 +87,8 @@ def kernel_modules() -> tuple[ModuleType, ...]:
     )
 
     return (cast, elementwise, activation, movement, shape, reduce, softmax, gemm, conv, pool,
-            attention, loss, normalization, resize, indexing, einsum, quantize)
+            attention, loss, normalization, resize, indexing, einsum, quantize, fused,
+            fused_gemm, gated)
 
 
 def is_available() -> Support:
