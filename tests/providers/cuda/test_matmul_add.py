@@ -1,6 +1,7 @@
 """GPU parity of CUDA onnx_ep.fused::MatMulAdd against cpu_reference under the kernel's
-declared promise (MatMul's GEMM_PARITY per dtype), on both routes: cuBLASLt's bias epilogue
-(one cublasLtMatmul) and the bias written first with the GEMM adding onto it; captured
+declared promise (MATMUL_ADD_PARITY: MatMul's, plus one product ulp), on every route:
+cuBLASLt's bias epilogue (one cublasLtMatmul), a residual read as C (one call), and the
+bias written first with the GEMM adding onto it; captured
 replays, determinism, and plans shared between threads with different biases.
 
 Run: python -m pytest -q -m cuda tests/providers/cuda/test_matmul_add.py
@@ -67,6 +68,8 @@ def routes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     def spy_run(problem: blas.GemmProblem, *args: Any, **kw: Any) -> Any:
         if problem.bias:
             seen.append(fused_gemm.EPILOGUE)
+        elif kw.get("c_ptr") is not None:
+            seen.append(fused_gemm.RESIDUAL)
         return run(problem, *args, **kw)
 
     def spy_write(self: Any, *args: Any) -> None:
@@ -107,8 +110,6 @@ BROADCAST_SHAPES = {
     "batched_mn_bias": ((2, 3, 40, 24), (2, 3, 24, 8), (40, 8)),
     "bias_along_m": ((2, 4, 5), (5, 6), (4, 1)),
     "scalar_bias": ((4, 5), (5, 6), ()),
-    "full_bias": ((2, 4, 5), (5, 6), (2, 4, 6)),
-    "b_1d": ((6, 16), (16,), (6,)),
     "k_zero": ((3, 0), (0, 5), (5,)),
 }
 
@@ -119,6 +120,21 @@ def test_the_epilogue_route_keeps_the_promise_in_one_cublaslt_call(cuda_device, 
                                                                    case):
     check(EPILOGUE_SHAPES[case], DTYPES[dtype])
     assert routes == [fused_gemm.EPILOGUE]
+
+
+#: (A, B, bias) with a bias of the product's shape: cuBLASLt's C, one call
+RESIDUAL_SHAPES = {
+    "full_bias": ((2, 4, 5), (5, 6), (2, 4, 6)),
+    "b_1d": ((6, 16), (16,), (6,)),
+    "decode_residual": ((1, 1, 896), (896, 896), (1, 1, 896)),
+}
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("case", list(RESIDUAL_SHAPES))
+def test_the_residual_route_reads_the_bias_as_c_in_one_call(cuda_device, routes, dtype, case):
+    check(RESIDUAL_SHAPES[case], DTYPES[dtype])
+    assert routes == [fused_gemm.RESIDUAL]
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES))

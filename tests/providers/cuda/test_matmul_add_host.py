@@ -163,6 +163,7 @@ def lt(monkeypatch: pytest.MonkeyPatch) -> FakeLt:
     monkeypatch.setattr(blas, "lt", lambda: fake)
     monkeypatch.setattr(blas, "is_available", lambda: True)
     monkeypatch.setattr(blas, "_plans", {})
+    monkeypatch.setattr(blas, "_calls", {})
     monkeypatch.setattr(blas, "_no_plan", {})
     monkeypatch.setitem(blas._handles, 0, 0x1234)
     return fake
@@ -208,11 +209,12 @@ def test_the_kernel_keeps_the_protocol_in_the_fused_domain():
 
 
 @pytest.mark.parametrize("dtype", [F32, F16, BF16], ids=str)
-def test_the_promise_is_matmuls_per_dtype(dtype):
+def test_the_promise_is_matmuls_with_one_product_ulp_per_dtype(dtype):
     meta = _meta((dtype, (2, 5, 16)), (dtype, (16, 8)), (dtype, (8,)))
     bound = KERNEL.bind(meta)
     assert check_kernel(bound) is None
-    assert bound.parity == blas.GEMM_PARITY[dtype.name]
+    assert bound.parity == fused_gemm.MATMUL_ADD_PARITY[dtype.name]
+    assert bound.parity.rtol == blas.GEMM_PARITY[dtype.name].rtol
     assert bound.infer_outputs(meta) == [TensorSpec(dtype, (2, 5, 8))]
 
 
@@ -472,3 +474,10 @@ def test_an_empty_output_does_nothing(lt, monkeypatch):
 def test_execution_names_the_node_on_bad_shapes(lt, monkeypatch):
     with pytest.raises(NodeError, match=r"\(cuda\) bias of shape \(5,\) does not broadcast"):
         _execute(KERNEL, ((4, 5), (5, 6), (5,)), F32, out=(4, 6), monkeypatch=monkeypatch)
+
+
+def test_a_residual_with_symbolic_dims_is_supported(lt):
+    meta = _meta((F16, ("batch", "seq", 16)), (F16, (16, 16)), (F16, ("batch", "seq", 16)))
+    assert KERNEL.supports(meta)
+    other = _meta((F16, ("batch", "seq", 16)), (F16, (16, 16)), (F16, ("b2", "seq", 16)))
+    assert "symbolic dims" in KERNEL.supports(other).reason

@@ -21,9 +21,12 @@ the workspace of the route a call at arena-aligned pointers takes; execution fin
 plans by dict lookup, so nothing is planned while a stream captures unless a pointer is
 less aligned than the arena's (a user's DLPack view; cuda MatMul does the same then).
 
-Numerics: both routes accumulate in float32 and add the bias to the float32 sum before the
-one rounding to T, so the promise is MatMul's :data:`~onnx_ep.providers.cuda.blas.GEMM_PARITY`
-against the reference's float64 sum rounded once.
+Numerics: every route accumulates in float32. Measured on the H200, some cuBLASLt
+algorithms (odd N, strided batches, a C read with ``beta = 1``) round the product to T
+before the bias or C is added, as the unfused MatMul -> Add does; where the bias cancels
+most of the product that is one ulp of the *product* off the reference's float64 sum
+rounded once. :data:`MATMUL_ADD_PARITY` is MatMul's promise with that ulp (for operands of
+unit scale, products below 8 in magnitude) as its absolute part.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from onnx_ep.core.kernel import (
     ExecutionContext,
     NodeMeta,
     OpKey,
+    Parity,
     Support,
     TensorSpec,
     WorkspaceRequirement,
@@ -60,8 +64,16 @@ from onnx_ep.providers.cuda.kernels.gemm import (
     workspace_ptr,
 )
 
-#: how a MatMulAdd call runs (:func:`route`)
-EPILOGUE, BROADCAST = "epilogue", "broadcast"
+#: how a MatMulAdd call runs (:func:`route`; a bias of the product's shape is C: RESIDUAL)
+EPILOGUE, BROADCAST, RESIDUAL = "epilogue", "broadcast", "residual"
+
+#: MatMul's promise, and for float16 / bfloat16 one ulp of a product below 8 in magnitude
+#: lost where the bias cancels it (a product rounded before the bias is added)
+MATMUL_ADD_PARITY = {
+    "float32": blas.GEMM_PARITY["float32"],
+    "float16": Parity.tolerance(rtol=blas.GEMM_PARITY["float16"].rtol, atol=2.0 ** -8),
+    "bfloat16": Parity.tolerance(rtol=blas.GEMM_PARITY["bfloat16"].rtol, atol=2.0 ** -5),
+}
 
 
 def symbolic_problem(a: Sequence[Any], b: Sequence[Any], bias: Sequence[Any]) -> str | None:
@@ -70,6 +82,8 @@ def symbolic_problem(a: Sequence[Any], b: Sequence[Any], bias: Sequence[Any]) ->
         return (f"ranks {len(a)} and {len(b)} with a batched B broadcast; the cuda MatMul "
                 f"runs equal batches or a single B matrix only")
     out_rank = max(len(a), len(b), 2) - (len(a) == 1) - (len(b) == 1)
+    if len(b) == 2 and len(a) >= 2 and tuple(bias) == (*a[:-1], b[-1]):
+        return None           # a bias of the product's shape (a residual): cuBLASLt's C
     if len(bias) > out_rank:
         return (f"bias of rank {len(bias)} would grow the MatMul output of rank {out_rank} "
                 f"(the sum must keep the product's shape)")
@@ -104,7 +118,7 @@ class MatMulAdd(FloatKernel):
     source = "gemm"
 
     def __init__(self) -> None:
-        super().__init__("MatMulAdd", since=1, parities=blas.GEMM_PARITY)
+        super().__init__("MatMulAdd", since=1, parities=MATMUL_ADD_PARITY)
         self.key = OpKey(FUSED_DOMAIN, "MatMulAdd", 1)
 
     def check(self, meta: NodeMeta) -> Support:

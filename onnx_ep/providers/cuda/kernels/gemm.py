@@ -65,7 +65,32 @@ class MatMulShape:
     zero_k: bool = False
 
 
+#: geometries already computed, by (shapes, dtype): a decode step asks for the same few
+#: hundred times per run, and computing one costs more than the launch it describes
+_SHAPES: dict[tuple[Any, ...], Any] = {}
+_SHAPES_MAX = 4096
+
+
+def _memo(key: tuple[Any, ...], make: Any) -> Any:
+    hit = _SHAPES.get(key)
+    if hit is None:
+        hit = make()
+        if len(_SHAPES) >= _SHAPES_MAX:
+            _SHAPES.clear()
+        _SHAPES[key] = hit
+    return hit
+
+
 def matmul_shape(a: Sequence[int], b: Sequence[int], dtype: Any) -> MatMulShape:
+    """THE MatMul geometry (plan time and execution both call it; memoized).
+
+    :raises NodeError: invalid shapes, or a batch broadcast cuBLASLt's strided batch
+        cannot express (a batched B against an A with fewer batch matrices).
+    """
+    return _memo(("mm", tuple(a), tuple(b), dtype), lambda: _matmul_shape(a, b, dtype))
+
+
+def _matmul_shape(a: Sequence[int], b: Sequence[int], dtype: Any) -> MatMulShape:
     """THE MatMul geometry (plan time and execution both call it).
 
     :raises NodeError: invalid shapes, or a batch broadcast cuBLASLt's strided batch
@@ -202,6 +227,16 @@ class MatMulAddShape:
 
 def matmul_add_shape(a: Sequence[int], b: Sequence[int], bias: Sequence[int],
                      dtype: Any) -> MatMulAddShape:
+    """THE MatMulAdd geometry (plan time and execution both call it; memoized).
+
+    :raises NodeError: see :func:`_matmul_add_shape`.
+    """
+    return _memo(("mma", tuple(a), tuple(b), tuple(bias), dtype),
+                 lambda: _matmul_add_shape(a, b, bias, dtype))
+
+
+def _matmul_add_shape(a: Sequence[int], b: Sequence[int], bias: Sequence[int],
+                      dtype: Any) -> MatMulAddShape:
     """THE MatMulAdd geometry (plan time and execution both call it).
 
     :raises NodeError: :func:`matmul_shape`'s reasons, a bias that does not broadcast to
