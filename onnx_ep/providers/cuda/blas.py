@@ -45,6 +45,7 @@ import numpy as np
 
 from onnx_ep.core.kernel import Parity, Support
 from onnx_ep.errors import CudaError, WorkspaceTooSmall
+from onnx_ep.providers.cuda import launch
 
 #: cudaDataType_t of the operand dtypes cuBLASLt runs for us (numpy dtype name -> value)
 CUDA_DATA_TYPE = {"float32": 0, "float16": 2, "bfloat16": 14}
@@ -445,6 +446,7 @@ def run(problem: GemmProblem, a_ptr: int, b_ptr: int, d_ptr: int, stream: Any,
     hit = _calls.get(key)
     if hit is not None:           # a call seen before: checked and planned then
         hit[1]()
+        launch.record(hit[1])
         return hit[0]
     if problem.bias != (bias_ptr is not None) or (bias_ptr or 0) % BIAS_ALIGNMENT:
         raise CudaError(f"cuBLASLt bias epilogue of {problem} got bias pointer {bias_ptr}: "
@@ -485,6 +487,7 @@ def run(problem: GemmProblem, a_ptr: int, b_ptr: int, d_ptr: int, stream: Any,
             raise _lt_error(e, f"cublasLtMatmul({problem})") from e
 
     enqueue()
+    launch.record(enqueue)
     if len(_calls) >= MAX_CACHED_CALLS:
         _calls.clear()
     _calls[key] = (plan, enqueue)

@@ -7,11 +7,13 @@ Nothing here imports ``cuda`` at module import time (see :mod:`.driver`).
 from __future__ import annotations
 
 import ctypes
+import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from onnx_ep.providers.cuda import launch
 from onnx_ep.providers.cuda.driver import check, driver
 from onnx_ep.providers.cuda.graphs import refuse_while_capturing
 
@@ -55,6 +57,7 @@ def copy_dtod(dst_ptr: int, src_ptr: int, nbytes: int, stream: Stream) -> None:
     if nbytes:
         check(driver().cuMemcpyDtoDAsync(dst_ptr, src_ptr, nbytes, stream.handle),
               f"cuMemcpyDtoDAsync({nbytes} bytes)")
+        launch.record(functools.partial(copy_dtod, dst_ptr, src_ptr, nbytes, stream))
 
 
 #: the most buffers one :func:`copy_many` launch moves (``EP_COPY_MANY`` of kernels/copies.cu)
@@ -74,7 +77,7 @@ def copy_many(jobs: Sequence[tuple[int, int, int]], device: Any, stream: Stream)
     """Device-to-device copies ``(dst_ptr, src_ptr, nbytes)``, async on ``stream``: one
     launch per :data:`COPY_MANY` buffers (one buffer alone is a plain copy). The buffers
     must not overlap one another."""
-    from onnx_ep.providers.cuda import launch, nvrtc
+    from onnx_ep.providers.cuda import nvrtc
 
     jobs = [j for j in jobs if j[2]]
     if len(jobs) == 1:
@@ -98,3 +101,4 @@ def memset_d8(ptr: int, byte: int, nbytes: int, stream: Stream) -> None:
     if nbytes:
         check(driver().cuMemsetD8Async(ptr, byte & 0xFF, nbytes, stream.handle),
               f"cuMemsetD8Async({nbytes} bytes)")
+        launch.record(functools.partial(memset_d8, ptr, byte, nbytes, stream))

@@ -38,7 +38,8 @@ import ctypes
 import functools
 import os
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from onnx_ep.errors import CudaError
@@ -335,6 +336,37 @@ def remember(cache: dict[Any, Any], key: Any, value: Any, cap: int) -> Any:
     return value
 
 
+# ---------------------------------------------------------------- recording a call's work
+
+_recorder = threading.local()
+
+
+class Recording:
+    """While open (on this thread), every launch through :func:`launch_cached` and every
+    copy or GEMM the kernel helpers enqueue is also kept as a zero-argument callable that
+    enqueues it again (:attr:`calls`, in order): a kernel whose device work depends only on
+    its pointers and shapes replays them instead of recomputing its arguments
+    (``kernels.base.replayed``)."""
+
+    def __init__(self) -> None:
+        self.calls: list[Callable[[], None]] = []
+
+    def __enter__(self) -> Recording:
+        self._outer = getattr(_recorder, "calls", None)
+        _recorder.calls = self.calls
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _recorder.calls = self._outer
+
+
+def record(call: Callable[[], None]) -> None:
+    """Keep ``call`` (which enqueues what was just enqueued) in the open :class:`Recording`."""
+    calls = getattr(_recorder, "calls", None)
+    if calls is not None:
+        calls.append(call)
+
+
 def launch_cached(fn: Function, grid: tuple[int, int, int], block: tuple[int, int, int],
                   args: Sequence[tuple[Any, Any]], stream: Stream, shared_bytes: int = 0) -> None:
     """:func:`launch`, reusing a :class:`Launch` for arguments seen before.
@@ -342,8 +374,15 @@ def launch_cached(fn: Function, grid: tuple[int, int, int], block: tuple[int, in
     Keyed by the function, stream, geometry and every argument value (a struct by its
     bytes; a float zero by its repr, since ``-0.0 == 0.0`` would share a record). The
     first sighting of a key launches through :func:`launch` and only a repeat builds the
-    record, so shapes that change every call cost no packing.
+    record, so shapes that change every call cost no packing. Inside a :class:`Recording`
+    the launch is built at once and kept there.
     """
+    calls = getattr(_recorder, "calls", None)
+    if calls is not None:
+        rec = prepare(fn, grid, block, args, stream, shared_bytes)
+        calls.append(rec)
+        rec()
+        return
     try:
         key = (fn, stream, grid, block, shared_bytes,
                *[bytes(v) if t is None else (repr(v) if v == 0 and type(v) is not int else v)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import ctypes
+import functools
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -156,6 +157,60 @@ F64 = ctypes.c_double
 
 #: the most dims a kernel geometry carries (inputs of higher rank are coalesced first)
 MAX_DIMS = 8
+
+
+#: recorded calls a :func:`replayed` kernel keeps per bound node (cleared when full)
+REPLAYS_PER_NODE = 64
+
+
+def _signature(v: Any) -> Any:
+    """What fixes a value's part in a launch-only call: pointer, shape and dtype of a device
+    tensor, a planned spec as it is; anything else (a host array) makes the call unkeyed."""
+    ptr = getattr(v, "ptr", None)
+    if ptr is not None:
+        return (int(ptr), v.shape, v.dtype)
+    if v is None or isinstance(v, TensorSpec):
+        return v
+    raise TypeError(type(v).__name__)
+
+
+def replayed(execute: Callable[..., None]) -> Callable[..., None]:
+    """Memoize a launch-only ``execute_with_workspace``.
+
+    Its device work must depend only on the node, the stream, and the pointers, shapes and
+    dtypes of its inputs, outputs and workspace, and go through ``self.launch``,
+    :mod:`..copies` or :func:`..blas.run` (what a capture-supported kernel does). The first
+    call at a key runs ``execute`` inside a :class:`~..launch.Recording`; later calls at
+    that key enqueue the recorded launches again, skipping the geometry, checks and
+    argument packing that dominate an eager step of small tensors. A call that replaced an
+    entry of ``outputs`` (a view) is not memoized.
+    """
+
+    @functools.wraps(execute)
+    def run(self: Any, ctx: ExecutionContext, inputs: Sequence[Any], outputs: list[Any],
+            workspace: Any) -> None:
+        try:
+            key = (ctx, ctx.stream, workspace.buffer.ptr if workspace is not None and
+                   workspace.nbytes else 0, tuple(map(_signature, inputs)),
+                   tuple(map(_signature, outputs)))
+        except TypeError:
+            execute(self, ctx, inputs, outputs, workspace)
+            return
+        memo = self.__dict__.get("_replays")
+        if memo is None:
+            memo = self.__dict__["_replays"] = {}
+        calls = memo.get(key)
+        if calls is not None:
+            for call in calls:
+                call()
+            return
+        before = list(outputs)
+        with launch.Recording() as rec:
+            execute(self, ctx, inputs, outputs, workspace)
+        if all(a is b for a, b in zip(before, outputs)):
+            launch.remember(memo, key, tuple(rec.calls), REPLAYS_PER_NODE)
+
+    return run
 
 
 def struct_arg(value: ctypes.Structure) -> tuple[Any, Any]:

@@ -40,6 +40,7 @@ from onnx_ep.providers.cuda.kernels.base import (
     grid_1d,
     normalize_axis,
     prod,
+    replayed,
     struct_arg,
 )
 from onnx_ep.providers.cuda.kernels.movement_plan import (  # noqa: F401 (the geometry's home)
@@ -129,6 +130,7 @@ class Transpose(_Movement):
         perm = self._perm(meta, len(x.shape))
         return [TensorSpec(x.dtype, tuple(x.shape[p] for p in perm))]
 
+    @replayed
     def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
         x, y = inputs[0], outputs[0]
         if y.size == 0:
@@ -147,6 +149,7 @@ class Transpose(_Movement):
 
 
 class Expand(_Movement):
+    @replayed
     def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
         x, y = inputs[0], outputs[0]
         if y.size == 0:
@@ -163,6 +166,7 @@ class Expand(_Movement):
 
 
 class Tile(_Movement):
+    @replayed
     def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
         x, y = inputs[0], outputs[0]
         if y.size == 0:
@@ -222,6 +226,7 @@ class Concat(_Movement):
         shape[a] = sum(dims)
         return [TensorSpec(x.dtype, tuple(shape))]
 
+    @replayed
     def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
         y = outputs[0]
         a = _concat_axis(ctx.node, y.ndim)
@@ -275,6 +280,7 @@ class Split(_Movement):
             out.append(TensorSpec(x.dtype, tuple(shape)))
         return out
 
+    @replayed
     def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
         x = inputs[0]
         a = self._axis(ctx.node, x.ndim)
@@ -335,6 +341,7 @@ class Slice(_Movement):
                                meta.attr("axes"))
         return [None if plan is None else TensorSpec(x.dtype, tuple(plan[1]))]
 
+    @replayed
     def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
         x, y = inputs[0], outputs[0]
         if y.size == 0:
@@ -384,6 +391,7 @@ class Gather(_Movement):
         return [TensorSpec(x.dtype, tuple(x.shape[:a]) + tuple(idx.shape)
                            + tuple(x.shape[a + 1:]))]
 
+    @replayed
     def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
         x, idx, y = inputs[0], inputs[1], outputs[0]
         if y.size == 0:

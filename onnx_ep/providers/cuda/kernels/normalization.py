@@ -46,6 +46,7 @@ from onnx_ep.providers.cuda.kernels.base import (
     normalize_axis,
     optional_input,
     prod,
+    replayed,
     static_shape,
     suffix,
 )
@@ -122,6 +123,7 @@ class Hardmax(_SameShape):
             return s
         return _axis_support(meta, self.axis(meta, len(meta.inputs[0].shape)))
 
+    @replayed
     def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
         x, y = inputs[0], outputs[0]
         if y.size == 0:
@@ -144,6 +146,7 @@ class LpNormalization(_SameShape):
         return _axis_support(meta, normalize_axis(int(meta.attr("axis", -1)),
                                                   len(meta.inputs[0].shape)))
 
+    @replayed
     def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
         x, y = inputs[0], outputs[0]
         if y.size == 0:
@@ -174,6 +177,7 @@ class GroupNorm(_SameShape):
                 return Support.no(f"num_groups={meta.attr('num_groups')} must be > 0")
         return _same_dtype(meta)
 
+    @replayed
     def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
         x, scale, bias, y = inputs[0], inputs[1], inputs[2], outputs[0]
         if y.size == 0:
@@ -238,6 +242,7 @@ class BatchNormalization(CudaKernel):
             outs.append(TensorSpec(spec.dtype, spec.shape) if spec is not None else None)
         return outs[:max(len(meta.output_names), 1)]
 
+    @replayed
     def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
         x, scale, bias, mean, var = inputs[:5]
         y = outputs[0]
@@ -380,6 +385,7 @@ class RmsNorm(CudaKernel):
         outs: list[TensorSpec | None] = [y, stat, stat, y] if self.skip else [y, stat]
         return outs[:max(len(meta.output_names), 1)]
 
+    @replayed
     def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
         x = inputs[0]
         a = self._axis(ctx, self.axis(ctx.node, x.ndim))

@@ -41,6 +41,7 @@ from onnx_ep.providers.cuda.kernels.base import (
     grid_1d,
     normalize_axis,
     prod,
+    replayed,
     struct_arg,
     suffix,
 )
@@ -168,6 +169,7 @@ class Reduce(CudaKernel):
             [n for d, n in enumerate(x.shape) if d not in axes]
         return [TensorSpec(x.dtype, tuple(shape))]
 
+    @replayed
     def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
         x, y = inputs[0], outputs[0]
         if y.size == 0:
@@ -240,6 +242,7 @@ class ArgExtreme(CudaKernel):
             del shape[a]
         return [TensorSpec(np.int64, tuple(shape))]
 
+    @replayed
     def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
         x, y = inputs[0], outputs[0]
         if y.size == 0:

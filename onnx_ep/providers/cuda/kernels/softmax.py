@@ -49,6 +49,7 @@ from onnx_ep.providers.cuda.kernels.base import (
     grid_1d,
     normalize_axis,
     prod,
+    replayed,
     suffix,
 )
 from onnx_ep.providers.cuda.launch import max_active_blocks
@@ -250,6 +251,7 @@ class Softmax(CudaKernel):
         x = meta.inputs[0]
         return [TensorSpec(x.dtype, x.shape)]
 
+    @replayed
     def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
         x, y = inputs[0], outputs[0]
         if y.size == 0:
@@ -319,6 +321,7 @@ class Normalization(CudaKernel):
             outs += [TensorSpec(self.stash_dtype(x.dtype), stat)] * 2
         return outs[:max(len(meta.output_names), 1)]
 
+    @replayed
     def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
         x, scale = inputs[0], inputs[1]
         bias = inputs[2] if len(inputs) > 2 and not self.rms else None
