@@ -38,6 +38,7 @@ from onnx_ep.providers.cuda.kernels.base import (
     FloatKernel,
     grid_1d,
     prod,
+    replayed,
     static_shape,
     suffix,
 )
@@ -316,6 +317,7 @@ class MatMul(FloatKernel):
             return WorkspaceRequirement(blas.workspace_bytes(shape.problem))
         return self.plan_time(meta, size)
 
+    @replayed
     def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
                                outputs: list[Any], workspace: WorkspaceView | None) -> None:
         a, b = inputs[0], inputs[1]
@@ -387,6 +389,7 @@ class Gemm(FloatKernel):
             return WorkspaceRequirement(blas.workspace_bytes(p))
         return self.plan_time(meta, size)
 
+    @replayed
     def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
                                outputs: list[Any], workspace: WorkspaceView | None) -> None:
         meta = ctx.node
