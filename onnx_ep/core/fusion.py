@@ -427,5 +427,53 @@ class SiluMul:
         return None
 
 
+class ScaledMatMul:
+    """``MatMul(a, Transpose(b))`` scaled by a constant (``Mul`` or ``Div``), the attention
+    scores ``q @ k^T * scale`` -> onnxruntime's ``com.microsoft::FusedMatMul`` with
+    ``alpha`` and ``transB``: the GEMM transposes and scales, no kernel does either apart.
+
+    Anchored at the scaling (with or without the transpose) or at the MatMul (a transpose
+    alone). The transpose must swap the last two axes only.
+    """
+
+    name = "scaled_matmul"
+
+    def match(self, anchor: Node, view: View) -> Match | None:
+        if anchor.domain not in ("", "ai.onnx"):
+            return None
+        alpha, mm, nodes = 1.0, None, [anchor]
+        if anchor.op_type in ("Mul", "Div") and len(anchor.inputs) == 2:
+            for prod, k in ((anchor.inputs, anchor.inputs[::-1])[:1 + (anchor.op_type == "Mul")]):
+                c = view.scalar(k)
+                mm = view.producer(prod, "MatMul")
+                if c is not None and mm is not None and c != 0:
+                    alpha = c if anchor.op_type == "Mul" else 1.0 / c
+                    nodes = [mm, anchor]
+                    break
+                mm = None
+        elif anchor.op_type == "MatMul":
+            mm = anchor
+        if mm is None or len(mm.inputs) != 2:
+            return None
+        a, b = mm.inputs
+        trans = view.producer(b, "Transpose")
+        perm = trans.attrs.get("perm") if trans is not None else None
+        r = _rank(view.spec(trans.inputs[0])) if trans is not None else None
+        swaps = (perm is not None and r is not None and r >= 2
+                 and list(perm) == [*range(r - 2), r - 1, r - 2])
+        if swaps:
+            b, nodes = trans.inputs[0], [trans, *nodes]
+        elif anchor is mm:
+            return None                      # neither a scale nor a transpose to fold
+        ys = view.spec(anchor.outputs[0])
+        if ys is None or ys.dtype.kind != "f":
+            return None
+        node = Node(name=f"{anchor.name}/scaled_matmul", op_type="FusedMatMul",
+                    domain="com.microsoft", inputs=(a, b), outputs=(anchor.outputs[0],),
+                    attrs={"alpha": float(alpha), "transA": 0, "transB": int(swaps)})
+        return Match(tuple(nodes), node)
+
+
 #: the rules :func:`fuse` applies unless given others
-BUILTIN_RULES: tuple[FusionRule, ...] = (RmsNorm(), RotaryHalf(), MatMulAdd(), SiluMul())
+BUILTIN_RULES: tuple[FusionRule, ...] = (RmsNorm(), RotaryHalf(), MatMulAdd(), SiluMul(),
+                                         ScaledMatMul())

@@ -272,3 +272,57 @@ def test_a_residual_of_the_products_shape_is_a_matmul_add():
     assert s.graph.nodes[0].inputs == ("x", "w", "x")
     x = np.random.default_rng(8).standard_normal((5, H)).astype(F32)
     np.testing.assert_allclose(s.run(None, {"x": x})[0], x + x @ w, rtol=1e-5, atol=1e-5)
+
+
+def _scores_model(div: bool = False, perm=(0, 2, 1)) -> onnx.ModelProto:
+    """s = MatMul(q, Transpose(k)) * 0.25 (or / 4)."""
+    vi = helper.make_tensor_value_info
+    n = helper.make_node
+    nodes = [n("Transpose", ["k"], ["kt"], perm=list(perm)), n("MatMul", ["q", "kt"], ["qk"]),
+             n("Div" if div else "Mul", ["qk", "c"], ["s"])]
+    g = helper.make_graph(nodes, "scores", [vi("q", TensorProto.FLOAT, [2, 3, 4]),
+                                            vi("k", TensorProto.FLOAT, [2, 5, 4])],
+                          [vi("s", TensorProto.FLOAT, [2, 3, 5])],
+                          [numpy_helper.from_array(np.array(4.0 if div else 0.25, F32), "c")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)],
+                             ir_version=ORACLE_IR_VERSION)
+
+
+def _scores_plugin() -> FakeDevicePlugin:
+    plugin = FakeDevicePlugin(ops=("Mul", "MatMul"))
+
+    def fused(a, b):                         # the fake reads alpha/transB from the rule's node
+        return (a @ np.swapaxes(b, -1, -2) * 0.25).astype(a.dtype)
+
+    plugin.kernels["fmm"] = _Fused("com.microsoft", "FusedMatMul", fused)
+    return plugin
+
+
+@pytest.mark.parametrize("div", [False, True])
+def test_attention_scores_become_one_fused_matmul(div):
+    s = onnx_ep.Session(_scores_model(div), providers=["fake", "cpu_reference"],
+                        plugins=[_scores_plugin()])
+    (node,) = s.graph.nodes
+    assert (node.domain, node.op_type) == ("com.microsoft", "FusedMatMul")
+    assert node.attrs == {"alpha": 0.25, "transA": 0, "transB": 1}
+    assert node.inputs == ("q", "k")
+    rng = np.random.default_rng(9)
+    f = {"q": rng.standard_normal((2, 3, 4)).astype(F32),
+         "k": rng.standard_normal((2, 5, 4)).astype(F32)}
+    np.testing.assert_allclose(s.run(None, f)[0], f["q"] @ f["k"].transpose(0, 2, 1) / 4,
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_a_transpose_of_other_axes_is_not_folded_into_the_matmul():
+    g = _graph(_scores_model(perm=(1, 0, 2)))
+    m = _scores_model(perm=(1, 0, 2))
+    anchor = next(n for n in g.nodes if n.op_type == "Mul")
+    match = fusion_rules()["scaled_matmul"].match(anchor, View(g))
+    assert match is not None and match.node.attrs["transB"] == 0
+    assert [n.op_type for n in match.nodes] == ["MatMul", "Mul"]
+    assert len(m.graph.node) == 3
+
+
+def fusion_rules():
+    from onnx_ep.core.fusion import BUILTIN_RULES
+    return {r.name: r for r in BUILTIN_RULES}
