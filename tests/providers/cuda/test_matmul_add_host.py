@@ -33,7 +33,7 @@ from onnx_ep.testing import audit_capture
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 F16, F32 = np.dtype(np.float16), np.dtype(np.float32)
-(KERNEL,) = fused_gemm.KERNELS
+(KERNEL,) = [k for k in fused_gemm.KERNELS if isinstance(k, fused_gemm.MatMulAdd)]
 
 
 def _meta(*specs: Any) -> NodeMeta:

@@ -1,5 +1,7 @@
-"""``onnx_ep.fused::MatMulAdd`` on CUDA: ``Y = MatMul(A, B) + bias`` in one cuBLASLt call
-where it can, the counterpart of cpu_reference/fused_gemm.py.
+"""The fused GEMM nodes on CUDA, the counterpart of cpu_reference/fused_gemm.py:
+``onnx_ep.fused::MatMulAdd`` and ``com.microsoft::FusedMatMul``.
+
+``onnx_ep.fused::MatMulAdd``: ``Y = MatMul(A, B) + bias`` in one cuBLASLt call where it can.
 
 Two routes, chosen per call from :func:`~.gemm.matmul_add_shape` (pure Python, tested on
 the CPU):
@@ -27,12 +29,32 @@ before the bias or C is added, as the unfused MatMul -> Add does; where the bias
 most of the product that is one ulp of the *product* off the reference's float64 sum
 rounded once. :data:`MATMUL_ADD_PARITY` is MatMul's promise with that ulp (for operands of
 unit scale, products below 8 in magnitude) as its absolute part.
+
+``com.microsoft::FusedMatMul``: ``Y = alpha * MatMul(op(A), op(B))`` as one cublasLtMatmul,
+transA / transB as cuBLASLt's transposes and alpha as its alpha (it scales the float32 sum
+before the one rounding to T: MatMul's promise, :data:`~.blas.GEMM_PARITY`). The geometry
+(:func:`fused_matmul_shape`, pure Python) picks one of:
+
+- **fold**: B is one matrix and A is not transposed: A's batch folds into M, one plain GEMM
+  (transB included: only B's layout changes).
+- **strided batch**: every operand is either the whole broadcast batch (its batch dims,
+  padded with leading 1s, are the output's) or a single matrix, read at batch stride 0
+  (transA with one B, whose batch cannot fold into M; one A against a batch of B).
+- anything else (a batch broadcast along some dims only, transBatchA / transBatchB) is
+  declined; cpu_reference runs it.
+
+Planning follows MatMul: the heuristic is asked in ``workspace_requirement`` (plan time)
+and execution finds the plan by dict lookup.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
+
+import attrs
+import numpy as np
 
 from onnx_ep.core.fusion import FUSED_DOMAIN
 from onnx_ep.core.kernel import (
@@ -54,13 +76,16 @@ from onnx_ep.providers.cuda.kernels.base import (
     FloatKernel,
     grid_1d,
     prod,
+    replayed,
     static_shape,
     suffix,
 )
 from onnx_ep.providers.cuda.kernels.gemm import (
     MatMulAddShape,
+    MatMulShape,
     matmul_add_shape,
     matmul_shape,
+    problem_alignment,
     workspace_ptr,
 )
 
@@ -159,6 +184,7 @@ class MatMulAdd(FloatKernel):
             return WorkspaceRequirement(plan.workspace_size)
         return self.plan_time(meta, size)
 
+    @replayed
     def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
                                outputs: list[Any], workspace: WorkspaceView | None) -> None:
         a, b, bias = inputs
@@ -200,4 +226,167 @@ class MatMulAdd(FloatKernel):
                      (r.row_stride, I64), (r.col_stride, I64)], ctx.stream)
 
 
-KERNELS: list[Any] = [MatMulAdd()]
+# ---------------------------------------------------------------- FusedMatMul
+
+#: onnxruntime's contrib domain
+MS_DOMAIN = "com.microsoft"
+#: what the cuda FusedMatMul says of a batch broadcast it cannot express
+_BROADCAST = ("the cuda FusedMatMul runs batches where each operand is the whole batch or "
+              "a single matrix")
+
+
+def fused_matmul_shape(a: Sequence[int], b: Sequence[int], trans_a: bool, trans_b: bool,
+                       dtype: Any) -> MatMulShape:
+    """THE FusedMatMul geometry (plan time and execution both call it; memoized): the
+    GEMM of ``op(A) @ op(B)`` (alpha is the caller's) and the output shape.
+
+    :raises NodeError: invalid shapes, or a batch broadcast :func:`batch_stride` cannot
+        express as cuBLASLt's strided batch.
+    """
+    dt = np.dtype(dtype)
+    return _fused_matmul_shape(tuple(int(d) for d in a), tuple(int(d) for d in b),
+                               bool(trans_a), bool(trans_b), dt.name, dt.itemsize)
+
+
+def batch_stride(batch_x: tuple[int, ...], batch: tuple[int, ...], size: int) -> int | None:
+    """Elements between an operand's consecutive matrices in a strided batch over the
+    broadcast ``batch``: ``size`` when it holds the whole batch, 0 when it is one matrix
+    (read again for every batch), ``None`` when it is broadcast along some dims only."""
+    if prod(batch_x) == 1:
+        return 0
+    if (1,) * (len(batch) - len(batch_x)) + batch_x == batch:
+        return size
+    return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _fused_matmul_shape(a: tuple[int, ...], b: tuple[int, ...], trans_a: bool, trans_b: bool,
+                        name: str, isz: int) -> MatMulShape:
+    if not a or not b:
+        raise NodeError(f"FusedMatMul needs inputs of rank >= 1, got shapes {a} and {b}")
+    # numpy transposes a vector to itself: the flags only act on matrices
+    trans_a, trans_b = trans_a and len(a) > 1, trans_b and len(b) > 1
+    a2 = (1,) + a if len(a) == 1 else a
+    b2 = b + (1,) if len(b) == 1 else b
+    m, k = (a2[-1], a2[-2]) if trans_a else (a2[-2], a2[-1])
+    k_b, n = (b2[-1], b2[-2]) if trans_b else (b2[-2], b2[-1])
+    if k != k_b:
+        raise NodeError(f"inner dimensions differ: op(A) of A {a} (transA={int(trans_a)}) has "
+                        f"K={k}, op(B) of B {b} (transB={int(trans_b)}) has K={k_b}")
+    batch_a, batch_b = a2[:-2], b2[:-2]
+    try:
+        batch = tuple(int(d) for d in np.broadcast_shapes(batch_a, batch_b))
+    except ValueError:
+        raise NodeError(f"batch dimensions {batch_a} and {batch_b} do not broadcast") from None
+    out = batch + ((m,) if len(a) > 1 else ()) + ((n,) if len(b) > 1 else ())
+    if prod(out) == 0:
+        return MatMulShape(None, out)
+    nb = prod(batch)
+    if prod(batch_b) == 1 and not trans_a:
+        # A's rows of every batch are one (nb * m, k) matrix: one plain GEMM
+        problem = blas.GemmProblem(name, nb * m, n, k, trans_b=trans_b,
+                                   alignment=problem_alignment(isz))
+    else:
+        sa, sb = batch_stride(batch_a, batch, m * k), batch_stride(batch_b, batch, k * n)
+        if sa is None or sb is None:
+            raise NodeError(f"batch dimensions {batch_a} and {batch_b} broadcast; {_BROADCAST}")
+        problem = blas.GemmProblem(name, m, n, k, trans_a=trans_a, trans_b=trans_b)
+        if nb == 1:
+            problem = problem.with_alignment(problem_alignment(isz))
+        else:
+            problem = attrs.evolve(problem, batch=nb, stride_a=sa, stride_b=sb, stride_d=m * n,
+                                   alignment=problem_alignment(isz, (sa, sb, m * n)))
+    if k == 0:
+        return MatMulShape(None, out, zero_k=True)
+    return MatMulShape(problem, out)
+
+
+def symbolic_fused_problem(a: Sequence[Any], b: Sequence[Any]) -> str | None:
+    """What the known ranks of shapes with symbolic dims already rule out, or ``None``."""
+    def single(x: Sequence[Any]) -> bool:
+        return len(x) <= 2 or all(d == 1 for d in x[:-2])
+
+    if len(a) != len(b) and not single(a) and not single(b):
+        return (f"ranks {len(a)} and {len(b)} with batch dims on both sides; "
+                f"{_BROADCAST}")
+    return None
+
+
+class FusedMatMul(FloatKernel):
+    """``com.microsoft::FusedMatMul(A, B)``: ``alpha * MatMul(op(A), op(B))``, one GEMM."""
+
+    source = "gemm"
+
+    def __init__(self) -> None:
+        super().__init__("FusedMatMul", since=1, parities=blas.GEMM_PARITY)
+        self.key = OpKey(MS_DOMAIN, "FusedMatMul", 1)
+
+    @staticmethod
+    def flags(meta: NodeMeta) -> tuple[bool, bool]:
+        """transA and transB (any non-zero value is true, as in onnxruntime)."""
+        return bool(meta.attr("transA", 0)), bool(meta.attr("transB", 0))
+
+    def check(self, meta: NodeMeta) -> Support:
+        if not blas.support():
+            return blas.support()
+        if len(meta.inputs) != 2 or any(s is None for s in meta.inputs):
+            return Support.no(f"FusedMatMul takes 2 inputs (A, B), got {len(meta.inputs)} known")
+        for name in ("transBatchA", "transBatchB"):
+            if meta.attr(name, 0):
+                return Support.no(f"{name}={meta.attr(name, 0)}: the cuda FusedMatMul runs "
+                                  f"transBatchA = transBatchB = 0 only (cpu_reference runs it)")
+        a, b = meta.inputs
+        if len(a.shape) == 0 or len(b.shape) == 0:
+            return Support.no("FusedMatMul needs inputs of rank >= 1")
+        sa, sb = static_shape(a), static_shape(b)
+        if sa is not None and sb is not None:
+            try:
+                fused_matmul_shape(sa, sb, *self.flags(meta), a.dtype)
+            except NodeError as e:
+                return Support.no(e.detail)
+            return Support.YES
+        why = symbolic_fused_problem(a.shape, b.shape)
+        return Support.no(why) if why else Support.YES
+
+    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
+        a, b = meta.inputs
+        sa, sb = static_shape(a), static_shape(b)
+        if sa is None or sb is None:
+            return [None]
+        return [TensorSpec(a.dtype, fused_matmul_shape(sa, sb, *self.flags(meta), a.dtype).out)]
+
+    def workspace_requirement(self, meta: NodeMeta) -> WorkspaceRequirement:
+        def size() -> WorkspaceRequirement:
+            a, b = meta.inputs
+            try:
+                shape = fused_matmul_shape(a.shape, b.shape, *self.flags(meta), a.dtype)
+            except NodeError:
+                return WorkspaceRequirement.NONE   # execution raises it with the run's shapes
+            if shape.problem is None:
+                return WorkspaceRequirement.NONE
+            return WorkspaceRequirement(blas.workspace_bytes(shape.problem))
+        return self.plan_time(meta, size)
+
+    @replayed
+    def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
+                               outputs: list[Any], workspace: WorkspaceView | None) -> None:
+        a, b = inputs
+        y = outputs[0]
+        meta = ctx.node
+        if meta.attr("transBatchA", 0) or meta.attr("transBatchB", 0):
+            raise self.fail(ctx, "transBatchA / transBatchB are not run on cuda (supports() "
+                                 "declines them)")
+        try:
+            shape = fused_matmul_shape(a.shape, b.shape, *self.flags(meta), a.dtype)
+        except NodeError as e:
+            raise self.fail(ctx, e.detail) from None
+        if shape.zero_k:
+            copies.memset_d8(y.ptr, 0, y.nbytes, ctx.stream)
+        if shape.problem is None:
+            return
+        ws_ptr, ws_n = workspace_ptr(workspace)
+        blas.run(shape.problem, a.ptr, b.ptr, y.ptr, ctx.stream, ws_ptr, ws_n,
+                 alpha=float(meta.attr("alpha", 1.0)), ordinal=a.device)
+
+
+KERNELS: list[Any] = [MatMulAdd(), FusedMatMul()]
