@@ -126,7 +126,7 @@ def test_the_epilogue_route_keeps_the_promise_in_one_cublaslt_call(cuda_device, 
 RESIDUAL_SHAPES = {
     "full_bias": ((2, 4, 5), (5, 6), (2, 4, 6)),
     "b_1d": ((6, 16), (16,), (6,)),
-    "decode_residual": ((1, 1, 896), (896, 896), (1, 1, 896)),
+    "prefill_residual": ((1, 3, 896), (896, 896), (1, 3, 896)),
 }
 
 

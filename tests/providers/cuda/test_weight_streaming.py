@@ -57,7 +57,9 @@ def test_weights_over_the_vram_limit_stream_byte_identical_to_full_residency(cud
     full = onnx_ep.Session(model, providers=["cuda"],
                            options=SessionOptions(memory_limit=1024 * MiB))
     assert full.memory_policy.name == "full_resident"
-    assert full.placement_summary() == {"cuda": 12}
+    # every node on cuda (MatMul + Add pairs are fused into MatMulAdd nodes)
+    assert full.placement_summary() == {"cuda": len(full.graph.nodes)}
+    assert full.resources()["fusion"]["fused"] == {"matmul_add": 12 - len(full.graph.nodes)}
     (expected,) = full.run(None, {"x": x})
     t0 = time.perf_counter()
     for _ in range(3):
