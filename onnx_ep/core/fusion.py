@@ -223,6 +223,8 @@ class RmsNorm:
 
     The normalisation may be written ``x * Reciprocal(Sqrt(.))``, ``x * (1 / Sqrt(.))`` or
     ``x / Sqrt(.)``; the square ``Pow(x, 2)`` or ``Mul(x, x)``; the scale on either side.
+    The normalisation may run in float32 between two Casts, as Hugging Face writes it
+    (``x.to(float32)`` ... ``.to(input_dtype) * weight``): the fused node then reads x.
     """
 
     name = "rms_norm"
@@ -231,12 +233,22 @@ class RmsNorm:
         if anchor.op_type != "Mul" or anchor.domain not in ("", "ai.onnx"):
             return None
         for normed, scale in (anchor.inputs, anchor.inputs[::-1]):
-            found = self._normed(normed, view)
+            back = view.producer(normed, "Cast")
+            found = self._normed(back.inputs[0] if back is not None else normed, view)
             if found is None:
                 continue
             x, eps, axis, nodes = found
+            if back is not None:
+                nodes.append(back)
+                up = view.producer(x, "Cast")
+                if up is not None:
+                    nodes.insert(0, up)
+                    x = up.inputs[0]
             xs, ss = view.spec(x), view.spec(scale)
             if xs is None or ss is None or xs.dtype != ss.dtype or x == scale:
+                continue
+            ys = view.spec(anchor.outputs[0])
+            if ys is None or ys.dtype != xs.dtype:
                 continue
             r = len(xs.shape)
             tail = tuple(xs.shape[axis % r:])
@@ -438,6 +450,20 @@ class ScaledMatMul:
 
     name = "scaled_matmul"
 
+    @staticmethod
+    def _unscale(name: str, view: View) -> tuple[str, float, list[Node]]:
+        """``name`` without the constant scalings feeding it: (source, factor, nodes)."""
+        factor, nodes = 1.0, []
+        while (m := view.producer(name, "Mul")) is not None and len(m.inputs) == 2:
+            for v, k in (m.inputs, m.inputs[::-1]):
+                c = view.scalar(k)
+                if c is not None and v != k:
+                    factor, name, nodes = factor * c, v, [m, *nodes]
+                    break
+            else:
+                break
+        return name, factor, nodes
+
     def match(self, anchor: Node, view: View) -> Match | None:
         if anchor.domain not in ("", "ai.onnx"):
             return None
@@ -455,15 +481,19 @@ class ScaledMatMul:
             mm = anchor
         if mm is None or len(mm.inputs) != 2:
             return None
-        a, b = mm.inputs
+        # scaled operands (scaled dot-product attention scales q and k by sqrt(scale) each)
+        a, fa, na = self._unscale(mm.inputs[0], view)
+        b, fb, nb = self._unscale(mm.inputs[1], view)
+        alpha, nodes = alpha * fa * fb, [*na, *nb, *nodes]
         trans = view.producer(b, "Transpose")
         perm = trans.attrs.get("perm") if trans is not None else None
         r = _rank(view.spec(trans.inputs[0])) if trans is not None else None
         swaps = (perm is not None and r is not None and r >= 2
                  and list(perm) == [*range(r - 2), r - 1, r - 2])
         if swaps:
-            b, nodes = trans.inputs[0], [trans, *nodes]
-        elif anchor is mm:
+            b, fk, nk = self._unscale(trans.inputs[0], view)
+            alpha, nodes = alpha * fk, [*nk, trans, *nodes]
+        if anchor is mm and not swaps and len(nodes) == 1:
             return None                      # neither a scale nor a transpose to fold
         ys = view.spec(anchor.outputs[0])
         if ys is None or ys.dtype.kind != "f":

@@ -326,3 +326,57 @@ def test_a_transpose_of_other_axes_is_not_folded_into_the_matmul():
 def fusion_rules():
     from onnx_ep.core.fusion import BUILTIN_RULES
     return {r.name: r for r in BUILTIN_RULES}
+
+
+def _hf_rms_model(dtype=TensorProto.FLOAT16) -> onnx.ModelProto:
+    """Hugging Face's RMS norm: x.to(float32), normalised, .to(dtype) * weight."""
+    vi = helper.make_tensor_value_info
+    np_t = helper.tensor_dtype_to_np_dtype(dtype)
+    n = helper.make_node
+    nodes = [n("Cast", ["x"], ["xf"], to=TensorProto.FLOAT),
+             n("Pow", ["xf", "two"], ["sq"]),
+             n("ReduceMean", ["sq", "axes"], ["ms"], keepdims=1),
+             n("Add", ["ms", "eps"], ["var"]), n("Sqrt", ["var"], ["std"]),
+             n("Div", ["one", "std"], ["inv"]), n("Mul", ["xf", "inv"], ["normed"]),
+             n("Cast", ["normed"], ["back"], to=dtype), n("Mul", ["w", "back"], ["y"])]
+    inits = [numpy_helper.from_array(np.linspace(0.5, 1.5, H).astype(np_t), "w"),
+             numpy_helper.from_array(np.array(2.0, F32), "two"),
+             numpy_helper.from_array(np.array(1.0, F32), "one"),
+             numpy_helper.from_array(np.array(EPS, F32), "eps"),
+             numpy_helper.from_array(np.array([-1]), "axes")]
+    g = helper.make_graph(nodes, "hf_rms", [vi("x", dtype, [2, H])], [vi("y", dtype, [2, H])],
+                          inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)],
+                             ir_version=ORACLE_IR_VERSION)
+
+
+def test_the_rms_norm_between_casts_reads_the_uncast_input():
+    g = _graph(_hf_rms_model())
+    anchor = g.nodes[-1]
+    m = RmsNorm().match(anchor, View(g))
+    assert m is not None and len(m.nodes) == len(g.nodes)
+    assert m.node.inputs == ("x", "w") and m.node.attrs["epsilon"] == pytest.approx(EPS)
+    # float32 with no-op casts runs on the (float32-only) fake device and agrees
+    s = onnx_ep.Session(_hf_rms_model(TensorProto.FLOAT), providers=["fake", "cpu_reference"],
+                        plugins=[_plugin()])
+    assert _ops(s) == [("", "SimplifiedLayerNormalization")]
+    x = np.random.default_rng(4).standard_normal((2, H)).astype(F32)
+    np.testing.assert_allclose(s.run(None, {"x": x})[0], _rms(x, np.linspace(0.5, 1.5, H)),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_scaled_dot_product_scores_fold_both_scalings_into_alpha():
+    vi = helper.make_tensor_value_info
+    n = helper.make_node
+    nodes = [n("Mul", ["q", "c"], ["qs"]), n("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+             n("Mul", ["kt", "c"], ["ks"]), n("MatMul", ["qs", "ks"], ["s"])]
+    g = helper.make_graph(nodes, "sdpa", [vi("q", TensorProto.FLOAT, [2, 3, 4]),
+                                          vi("k", TensorProto.FLOAT, [2, 5, 4])],
+                          [vi("s", TensorProto.FLOAT, [2, 3, 5])],
+                          [numpy_helper.from_array(np.array(0.5, F32), "c")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)],
+                          ir_version=ORACLE_IR_VERSION)
+    s = onnx_ep.Session(m, providers=["fake", "cpu_reference"], plugins=[_scores_plugin()])
+    (node,) = s.graph.nodes
+    assert node.op_type == "FusedMatMul" and node.inputs == ("q", "k")
+    assert node.attrs == {"alpha": 0.25, "transA": 0, "transB": 1}
