@@ -7,6 +7,7 @@ per shape signature").
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import attrs
@@ -44,14 +45,21 @@ def step_device(step: Step) -> str:
     return step.placed.device if step.placed is not None else "cpu"
 
 
-def step_aliases(step: Step) -> dict[int, int]:
+def step_aliases(step: Step, inputs: Sequence[TensorSpec | None] | None = None
+                 ) -> dict[int, int]:
     """``{output index: input index}`` for outputs that are views of an input (Reshape).
 
-    Declared by a kernel's optional ``aliases`` attribute; such outputs get no arena
-    slot: the kernel stores a view of the input, whose buffer lives as long as the view.
+    Declared by a kernel's optional ``aliases`` attribute, or at one signature by its
+    optional ``aliases_at(inputs)`` (``inputs``: the step's input specs; a Transpose that
+    only moves axes of size 1 is a view at that shape). Such outputs get no arena slot:
+    the kernel stores a view of the input, whose buffer lives as long as the view.
     """
     kernel = step.placed.kernel if step.placed is not None else None
-    return dict(getattr(kernel, "aliases", None) or {})
+    aliases = dict(getattr(kernel, "aliases", None) or {})
+    at = getattr(kernel, "aliases_at", None)
+    if at is not None and inputs is not None:
+        aliases.update(at(inputs) or {})
+    return aliases
 
 
 def plan_arena(program: Program, specs: dict[str, TensorSpec | None],
@@ -84,7 +92,8 @@ def plan_arena(program: Program, specs: dict[str, TensorSpec | None],
             for s in st.in_slots:      # a host step reading a device value keeps it alive
                 live_until(s, i)
             continue      # a device session's arena holds only that device's values
-        aliases = step_aliases(st) if device is not None else {}
+        aliases = step_aliases(st, [specs.get(name_of.get(s, "")) for s in st.in_slots]
+                               ) if device is not None else {}
         for s in st.in_slots:
             live_until(s, i)
         for j, s in enumerate(st.out_slots):

@@ -184,7 +184,7 @@ class DeviceBinding:
         prebound: list[tuple[Any, ...]] = []
         for st in program.steps:
             on_device = step_device(st) == self.device
-            aliases = step_aliases(st)
+            aliases = step_aliases(st, [plan.specs.get(name_of.get(s, "")) for s in st.in_slots])
             outs: list[Any] = []
             for j, s in enumerate(st.out_slots):
                 if on_device and s >= 0 and j in aliases:

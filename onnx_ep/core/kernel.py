@@ -415,6 +415,11 @@ class Aliases(Protocol):
     #: buffer stays alive as long as the view is used.
     aliases: Mapping[int, int]
 
+    # A kernel whose output is a view only at some shapes (a Transpose that moves axes of
+    # size 1 alone) may instead define ``aliases_at(inputs) -> Mapping[int, int] | None``:
+    # asked per shape signature with the input specs; where it answers, the same holds
+    # at that signature, and elsewhere ``outputs[j]`` is a buffer as usual.
+
 
 REQUIRED_KERNEL_METHODS = ("capture_support", "workspace_requirement", "execute_with_workspace")
 

@@ -457,3 +457,27 @@ def test_concat_rejects_inputs_that_do_not_fill_the_output(emulated):
         KERNELS["Concat"].bind(meta).execute_with_workspace(ExecutionContext(meta), xs, [y],
                                                             None)
     assert log == []
+
+
+def test_a_transpose_that_only_moves_unit_axes_is_a_view_at_that_signature():
+    from onnx_ep.core.kernel import NodeMeta, TensorSpec
+    from onnx_ep.providers.cuda.kernels.movement import Transpose, moves_only_unit_axes
+
+    assert moves_only_unit_axes((2, 1, 14, 64), (0, 2, 1, 3))        # decode: S = 1
+    assert not moves_only_unit_axes((2, 7, 14, 64), (0, 2, 1, 3))    # prefill
+    assert moves_only_unit_axes((1, 14, 1, 64), (0, 2, 1, 3))
+    assert not moves_only_unit_axes((3, 4), (1, 0))
+    spec = TensorSpec(np.float16, ("batch", "seq", 14, 64))
+    meta = NodeMeta(name="t", op_type="Transpose", domain="", opset=21,
+                    attrs={"perm": [0, 2, 1, 3]}, inputs=(spec,), input_names=("x",),
+                    output_names=("y",))
+    bound = Transpose("Transpose").bind(meta)
+    assert bound.aliases_at([TensorSpec(np.float16, (1, 1, 14, 64))]) == {0: 0}
+    assert bound.aliases_at([TensorSpec(np.float16, (1, 5, 14, 64))]) is None
+    assert bound.aliases_at([spec]) is None                           # not known yet
+    weight = NodeMeta(name="t", op_type="Transpose", domain="", opset=21,
+                      attrs={"perm": [1, 0]}, inputs=(TensorSpec(np.float16, (1, 8)),),
+                      constants={0: np.zeros((1, 8), np.float16)}, input_names=("w",),
+                      output_names=("y",))
+    assert Transpose("Transpose").bind(weight).aliases_at(
+        [TensorSpec(np.float16, (1, 8))]) is None                     # a weight: copied

@@ -111,7 +111,34 @@ class _Movement(CudaKernel):
         return Support.YES
 
 
+def moves_only_unit_axes(shape: Sequence[int], perm: Sequence[int]) -> bool:
+    """Whether transposing ``shape`` by ``perm`` keeps every element in place: the axes
+    longer than 1 keep their order (``[B, 1, H, D] -> [B, H, 1, D]``), so the output is the
+    input's bytes under another shape."""
+    big = [p for p in perm if shape[p] != 1]
+    return big == sorted(big)
+
+
 class Transpose(_Movement):
+    """Transpose; at a signature where it only moves axes of size 1 (a decode step's
+    ``[B, 1, H, D] -> [B, H, 1, D]``) it is a view of its input (:meth:`aliases_at`)."""
+
+    def bind(self, meta: NodeMeta) -> Transpose:
+        bound = super().bind(meta)
+        bound._node_perm = meta.attr("perm")
+        # a view of a weight would have to pin the weight's page under weight streaming
+        bound._of_weight = 0 in meta.constants
+        return bound
+
+    def aliases_at(self, inputs: Sequence[TensorSpec | None]) -> dict[int, int] | None:
+        x = inputs[0] if inputs else None
+        if x is None or not x.is_static or getattr(self, "_of_weight", True):
+            return None
+        perm = getattr(self, "_node_perm", None)
+        rank = len(x.shape)
+        perm = list(range(rank))[::-1] if perm is None else [int(p) for p in perm]
+        return {0: 0} if moves_only_unit_axes(x.shape, perm) else None
+
     def _perm(self, meta: NodeMeta, rank: int) -> list[int]:
         perm = meta.attr("perm")
         return list(range(rank))[::-1] if perm is None else [int(p) for p in perm]
@@ -130,8 +157,18 @@ class Transpose(_Movement):
         perm = self._perm(meta, len(x.shape))
         return [TensorSpec(x.dtype, tuple(x.shape[p] for p in perm))]
 
-    @replayed
     def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
+        if isinstance(outputs[0], TensorSpec):     # a view at this signature (aliases_at)
+            spec, x = outputs[0], inputs[0]
+            if prod(spec.shape) != x.size:
+                raise self.fail(ctx, f"planned view {spec.shape} has {prod(spec.shape)} "
+                                     f"elements, input {x.shape} has {x.size}")
+            outputs[0] = x.view(spec.dtype, spec.shape)
+            return
+        self._copy(ctx, inputs, outputs, workspace)
+
+    @replayed
+    def _copy(self, ctx, inputs, outputs, workspace) -> None:
         x, y = inputs[0], outputs[0]
         if y.size == 0:
             return
