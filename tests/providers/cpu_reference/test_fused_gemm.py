@@ -18,7 +18,7 @@ from onnx_ep.core.fusion import FUSED_DOMAIN
 from onnx_ep.core.kernel import ExecutionContext, NodeMeta, TensorSpec
 from onnx_ep.errors import NodeError, NoKernelError
 from onnx_ep.providers.cpu_reference.fused_gemm import KERNELS, FusedMatMul, MatMulAdd
-from tests.helpers.oracle import ORACLE_IR_VERSION, ORACLE_OPSET, run_ort
+from tests.helpers.oracle import ORACLE_IR_VERSION, ORACLE_OPSET, ort_version, run_ort
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 Shape = Sequence[int | str]
@@ -344,6 +344,12 @@ def test_fused_matmul_cases_match_onnxruntime(case, dtype) -> None:
     a, b, attrs = FMM_CASES[case]
     f = fmm_feeds(dtype, a, b, seed=11)
     got = run_fmm(f, **attrs)
+    if 0 in a or 0 in b:
+        # onnxruntime 1.23 dies of SIGFPE on empty FusedMatMul inputs (1.32 does not): the
+        # empty cases are held to the op's formula alone, on every onnxruntime
+        want = fmm_formula(f, **attrs).astype(dtype)
+        assert got.shape == want.shape and got.tobytes() == want.tobytes()
+        return
     (want,) = run_ort(fmm_model(dtype, a, b, **attrs), f)
     assert got.dtype == want.dtype and got.shape == want.shape
     if dtype == np.float64:     # dgemm's summation order is unspecified: no byte equality
@@ -414,8 +420,10 @@ def test_fused_matmul_refuses_what_onnxruntime_refuses(case) -> None:
     a, b, attrs, why = FMM_ERRORS[case]
     f = fmm_feeds(np.float32, a, b, seed=14)
     m = fmm_model(np.float32, a, b, **attrs)
-    with pytest.raises(Exception, match="FAIL|INVALID"):
-        run_ort(m, f)
+    if "transBatch" not in str(attrs) or ort_version() >= (1, 32):
+        # onnxruntime 1.23 runs these transBatch shapes (1.32 refuses them, as documented)
+        with pytest.raises(Exception, match="FAIL|INVALID"):
+            run_ort(m, f)
     with pytest.raises(NodeError, match=why) as info:
         Session(m, providers=["cpu_reference"]).run(None, f)
     assert info.value.node == "fmm"
