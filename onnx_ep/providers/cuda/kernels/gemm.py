@@ -42,6 +42,7 @@ from onnx_ep.providers.cuda.kernels.base import (
     static_shape,
     suffix,
 )
+from onnx_ep.providers.cuda.kernels.movement_plan import coalesce
 
 
 def problem_alignment(itemsize: int, strides: Sequence[int] = ()) -> int:
@@ -179,22 +180,6 @@ class BiasRows:
     col_stride: int
 
 
-def _coalesce(sizes: Sequence[int], strides: Sequence[int]) -> tuple[list[int], list[int]]:
-    """Drop size-1 dims and merge neighbours whose strides make them one run."""
-    out_n: list[int] = []
-    out_s: list[int] = []
-    for n, s in zip(sizes, strides):
-        if n == 1:
-            continue
-        if out_n and out_s[-1] == s * n:
-            out_n[-1] *= n
-            out_s[-1] = s
-        else:
-            out_n.append(n)
-            out_s.append(s)
-    return out_n, out_s
-
-
 def bias_rows(bias: Sequence[int], out: Sequence[int]) -> BiasRows | None:
     """How ``broadcast_rows`` writes ``bias`` broadcast to ``out``, or ``None`` when the
     broadcast bias changes along more than two runs of dims (``(3, 1, 6)`` into
@@ -206,7 +191,7 @@ def bias_rows(bias: Sequence[int], out: Sequence[int]) -> BiasRows | None:
     for i in range(len(bias) - 2, -1, -1):
         own[i] = own[i + 1] * bias[i + 1]
     strides = [0] * (len(out) - len(bias)) + [s if n != 1 else 0 for n, s in zip(bias, own)]
-    sizes, runs = _coalesce(out, strides)
+    sizes, runs = coalesce(out, strides)
     if len(sizes) == 3 and runs[0] == 0:
         sizes, runs = sizes[1:], runs[1:]       # repeated whole: broadcast_rows' outer loop
     if len(sizes) > 2:
