@@ -493,15 +493,52 @@ class ScaledMatMul:
         if swaps:
             b, fk, nk = self._unscale(trans.inputs[0], view)
             alpha, nodes = alpha * fk, [*nk, trans, *nodes]
+        grouped = _grouped(b, view)
+        if grouped is not None:
+            b, ng = grouped
+            nodes = [*ng, *nodes]
         if anchor is mm and not swaps and len(nodes) == 1:
             return None                      # neither a scale nor a transpose to fold
         ys = view.spec(anchor.outputs[0])
         if ys is None or ys.dtype.kind != "f":
             return None
-        node = Node(name=f"{anchor.name}/scaled_matmul", op_type="FusedMatMul",
-                    domain="com.microsoft", inputs=(a, b), outputs=(anchor.outputs[0],),
-                    attrs={"alpha": float(alpha), "transA": 0, "transB": int(swaps)})
+        if grouped is not None:
+            node = Node(name=f"{anchor.name}/grouped_matmul", op_type="GroupedMatMul",
+                        domain=FUSED_DOMAIN, inputs=(a, b), outputs=(anchor.outputs[0],),
+                        attrs={"alpha": float(alpha), "transB": int(swaps)})
+        else:
+            node = Node(name=f"{anchor.name}/scaled_matmul", op_type="FusedMatMul",
+                        domain="com.microsoft", inputs=(a, b), outputs=(anchor.outputs[0],),
+                        attrs={"alpha": float(alpha), "transA": 0, "transB": int(swaps)})
         return Match(tuple(nodes), node)
+
+
+def _grouped(name: str, view: View) -> tuple[str, list[Node]] | None:
+    """(kv, nodes) when ``name`` is grouped-query attention's repeat of the key/value heads:
+    ``Reshape(Expand(Unsqueeze(kv [B, G, T, D], 2) -> [B, G, rep, T, D]) -> [B, G*rep, T, D])``
+    (Hugging Face's ``repeat_kv``), which a GroupedMatMul reads without the copy."""
+    r = view.producer(name, "Reshape")
+    e = view.producer(r.inputs[0], "Expand") if r is not None else None
+    u = view.producer(e.inputs[0], "Unsqueeze") if e is not None else None
+    if u is None:
+        return None
+    kv = u.inputs[0]
+    ks, es, rs = view.spec(kv), view.spec(e.outputs[0]), view.spec(r.outputs[0])
+    if ks is None or es is None or rs is None:
+        return None
+    if (len(ks.shape), len(es.shape), len(rs.shape)) != (4, 5, 4):
+        return None
+    axes = view.const(u.inputs[1]) if len(u.inputs) > 1 else u.attrs.get("axes")
+    if axes is None or [int(x) % 5 for x in np.asarray(axes).reshape(-1)] != [2]:
+        return None
+    b, g, t, d = ks.shape
+    eb, eg, rep, et, ed = es.shape
+    if (eb, eg, et, ed) != (b, g, t, d) or not isinstance(rep, int) or not isinstance(g, int):
+        return None
+    # dims 0, 1 and 3 fixed, dim 2 is T by the element count: the reshape merges G and rep
+    if (rs.shape[0], rs.shape[1], rs.shape[3]) != (b, g * rep, d) or None in (b, d):
+        return None
+    return kv, [u, e, r]
 
 
 #: the rules :func:`fuse` applies unless given others

@@ -380,3 +380,92 @@ def test_scaled_dot_product_scores_fold_both_scalings_into_alpha():
     (node,) = s.graph.nodes
     assert node.op_type == "FusedMatMul" and node.inputs == ("q", "k")
     assert node.attrs == {"alpha": 0.25, "transA": 0, "transB": 1}
+
+
+def _layer_model(dtype=np.float32) -> onnx.ModelProto:
+    """One Qwen2-style decoder layer as exporters write it: RMS norms, biased q/k/v, rotary,
+    grouped-query heads repeated by Unsqueeze/Expand/Reshape, scaled scores, softmax, a
+    residual output projection and a SwiGLU MLP with its residual."""
+    rng = np.random.default_rng(21)
+    hid, nh, kv, d, inter = 16, 4, 2, 4, 24
+    et = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    inits, nodes = [], []
+
+    def w(name, *shape):
+        inits.append(numpy_helper.from_array(
+            (rng.standard_normal(shape) / np.sqrt(shape[0])).astype(dtype), name))
+        return name
+
+    def c(name, value, dt=np.int64):
+        inits.append(numpy_helper.from_array(np.array(value, dt), name))
+        return name
+
+    def op(kind, *ins, **attrs):
+        out = f"{kind}_{len(nodes)}"
+        nodes.append(helper.make_node(kind, list(ins), [out], **attrs))
+        return out
+
+    def rms(x, g):
+        ms = op("ReduceMean", op("Pow", x, c(f"two{len(nodes)}", 2, dtype)), c("ax", [-1]),
+                keepdims=1)
+        inv = op("Reciprocal", op("Sqrt", op("Add", ms, c(f"eps{len(nodes)}", 1e-6, dtype))))
+        return op("Mul", op("Mul", x, inv), w(g, hid))
+
+    def heads(x, n):
+        return op("Transpose", op("Reshape", x, c(f"hs{n}", [0, 0, n, d])), perm=[0, 2, 1, 3])
+
+    def rope(x):
+        x1 = op("Slice", x, c("z", [0]), c("h", [d // 2]), c("l", [-1]))
+        x2 = op("Slice", x, c("h2", [d // 2]), c("e", [2**62]), c("l2", [-1]))
+        rot = op("Concat", op("Neg", x2), x1, axis=-1)
+        return op("Add", op("Mul", x, "cos"), op("Mul", rot, "sin"))
+
+    def repeat(x):
+        x = op("Expand", op("Unsqueeze", x, c("u2", [2])), c("rep", [1, 1, nh // kv, 1, 1]))
+        return op("Reshape", x, c("merge", [0, nh, -1, d]))
+
+    h = rms("x", "ln1")
+    q, k, v = (heads(op("Add", op("MatMul", h, w(n, hid, m * d)), w(n + "_b", m * d)), m)
+               for n, m in (("q", nh), ("k", kv), ("v", kv)))
+    s = op("Mul", op("MatMul", rope(q), op("Transpose", repeat(rope(k)), perm=[0, 1, 3, 2])),
+           c("scale", 1 / np.sqrt(d), dtype))
+    a = op("MatMul", op("Softmax", s, axis=-1), repeat(v))
+    a = op("Reshape", op("Transpose", a, perm=[0, 2, 1, 3]), c("flat", [0, 0, nh * d]))
+    x2 = op("Add", "x", op("MatMul", a, w("o", nh * d, hid)))
+    g = op("MatMul", rms(x2, "ln2"), w("gate", hid, inter))
+    up = op("MatMul", rms(x2, "ln2b"), w("up", hid, inter))
+    m = op("Mul", op("Mul", g, op("Sigmoid", g)), up)
+    nodes.append(helper.make_node("Add", [x2, op("MatMul", m, w("down", inter, hid))], ["y"]))
+    vi = helper.make_tensor_value_info
+    g_ = helper.make_graph(nodes, "layer", [vi("x", et, ["b", "s", hid]),
+                                            vi("cos", et, ["b", 1, "s", d]),
+                                            vi("sin", et, ["b", 1, "s", d])],
+                           [vi("y", et, ["b", "s", hid])], inits)
+    return helper.make_model(g_, opset_imports=[helper.make_opsetid("", 18)],
+                             ir_version=ORACLE_IR_VERSION)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_every_rule_keeps_a_decoder_layers_outputs_on_the_reference(dtype, monkeypatch):
+    """The oracle check of the rewrites: the reference runs the layer as written, and again
+    fused (the reference counted as a device here), with its own kernels for every fused op."""
+    from onnx_ep.core import fusion
+
+    model = _layer_model(dtype)
+    ref = onnx_ep.Session(model, providers=["cpu_reference"])
+    monkeypatch.setattr(fusion, "HOST", "no-host")
+    fused = onnx_ep.Session(model, providers=["cpu_reference"])
+    report = fused.resources()["fusion"]
+    assert report["fused"] == {"rms_norm": 3, "rotary_half": 2, "matmul_add": 5,
+                               "silu_mul": 1, "scaled_matmul": 2}, report
+    ops = {n.op_type for n in fused.graph.nodes}
+    assert "GroupedMatMul" in ops and "Expand" not in ops and "Pow" not in ops
+    rng = np.random.default_rng(3)
+    for s in (1, 3):
+        f = {"x": rng.standard_normal((2, s, 16)).astype(dtype),
+             "cos": rng.standard_normal((2, 1, s, 4)).astype(dtype),
+             "sin": rng.standard_normal((2, 1, s, 4)).astype(dtype)}
+        want, got = ref.run(None, f)[0], fused.run(None, f)[0]
+        tol = 1e-5 if dtype == np.float32 else 2e-2
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64),
+                                   rtol=tol, atol=tol)

@@ -1,4 +1,5 @@
-"""The fused GEMM nodes: ``onnx_ep.fused::MatMulAdd`` and ``com.microsoft::FusedMatMul``.
+"""The fused GEMM nodes: ``onnx_ep.fused::MatMulAdd``, ``com.microsoft::FusedMatMul`` and
+``onnx_ep.fused::GroupedMatMul`` (below).
 
 ``onnx_ep.fused::MatMulAdd(A, B, bias) -> Y``: the fusion pass's node for
 ``Add(MatMul(A, B), bias)``, the biased projections of a transformer.
@@ -40,6 +41,7 @@ from onnx_ep.providers.cpu_reference.base import CpuKernel
 from onnx_ep.providers.cpu_reference.dot import wide
 from onnx_ep.providers.cpu_reference.gemm import MATMUL_PARITY, _matmul_shape_error
 from onnx_ep.providers.cpu_reference.lowfloat import round_to
+from onnx_ep.providers.shared.grouped import grouped_shapes
 
 MATMUL_ADD_DTYPES = frozenset(np.dtype(t) for t in (np.float16, ml_dtypes.bfloat16, np.float32,
                                                     np.float64))
@@ -164,4 +166,48 @@ class FusedMatMul(CpuKernel):
         return round_to(np.matmul(wide(opa), wide(opb)) * alpha, a.dtype)
 
 
-KERNELS: list[CpuKernel] = [MatMulAdd(), FusedMatMul()]
+class GroupedMatMul(CpuKernel):
+    """``onnx_ep.fused::GroupedMatMul(A, B)``: grouped-query attention's product without
+    repeating the key/value heads.
+
+    A is ``[..., H, M, K]``, B ``[..., G, K, N]`` (``[..., G, N, K]`` with ``transB``), H a
+    multiple of G: head h multiplies group ``h // (H / G)``. Y = alpha * (A @ op(B) with B's
+    groups each repeated H / G times), ``[..., H, M, N]``: what ``MatMul(A, Reshape(Expand(
+    Unsqueeze(B, 2))))`` computes, without the Expand's copy of the cache. Attributes
+    ``alpha`` (1.0) and ``transB`` (0). Numerics as FusedMatMul: float64, rounded once.
+    """
+
+    parity = MATMUL_PARITY
+
+    def __init__(self) -> None:
+        super().__init__("GroupedMatMul", since=1, domain=FUSED_DOMAIN,
+                         dtypes=MATMUL_ADD_DTYPES)
+
+    def supports(self, meta: NodeMeta) -> Support:
+        if len(meta.inputs) != 2 or meta.inputs[0] is None:
+            return Support.no("GroupedMatMul takes 2 tensor inputs (A, B)")
+        a, b = meta.inputs
+        if a.dtype not in MATMUL_ADD_DTYPES:
+            return Support.no(f"A dtype {a.dtype} is not one of {_names(MATMUL_ADD_DTYPES)}")
+        if b is not None and b.dtype != a.dtype:
+            return Support.no(f"input B is {b.dtype} but A is {a.dtype}; they must match")
+        return Support.YES
+
+    def run(self, ctx: ExecutionContext, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        a, b = np.asarray(a), np.asarray(b)
+        if b.dtype != a.dtype or a.dtype not in MATMUL_ADD_DTYPES:
+            raise self.fail(ctx, f"A and B must share one of {_names(MATMUL_ADD_DTYPES)}, "
+                                 f"got {a.dtype} and {b.dtype}")
+        trans_b = bool(ctx.node.attr("transB", 0))
+        why = grouped_shapes(a.shape, b.shape, trans_b)
+        if why:
+            raise self.fail(ctx, why)
+        rep = a.shape[-3] // b.shape[-3]
+        wb = np.repeat(wide(b), rep, axis=-3)
+        if trans_b:
+            wb = np.swapaxes(wb, -1, -2)
+        alpha = float(ctx.node.attr("alpha", 1.0))
+        return round_to(np.matmul(wide(a), wb) * alpha, a.dtype)
+
+
+KERNELS: list[CpuKernel] = [MatMulAdd(), FusedMatMul(), GroupedMatMul()]

@@ -10,7 +10,7 @@ import ml_dtypes
 import numpy as np
 import onnx
 import pytest
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from onnx_ep import Session
 from onnx_ep.core.dtypes import onnx_elem_type
@@ -442,3 +442,58 @@ def test_fused_matmul_run_rejects_a_scalar() -> None:
         FusedMatMul().execute_with_workspace(ExecutionContext(meta),
                                              [np.float32(1), np.ones(3, np.float32)], [None],
                                              None)
+
+
+# ---------------------------------------------------------------- onnx_ep.fused::GroupedMatMul
+
+def _grouped(f: dict[str, np.ndarray], unfused: bool, alpha: float = 1.0,
+             trans_b: int = 0) -> np.ndarray:
+    """GroupedMatMul on the reference, or (``unfused``) the pattern it replaces on
+    onnxruntime: MatMul(A, [Transpose](Reshape(Expand(Unsqueeze(B, 2))))) * alpha."""
+    a, b = f["a"], f["b"]
+    h, g = a.shape[-3], b.shape[-3]
+    vi = [_value_info(n, a.dtype, x.shape) for n, x in zip("ab", (a, b))]
+    out = [helper.make_empty_tensor_value_info("y")]
+    if not unfused:
+        node = helper.make_node("GroupedMatMul", ["a", "b"], ["y"], domain=FUSED_DOMAIN,
+                                alpha=alpha, transB=trans_b)
+        m = helper.make_model(helper.make_graph([node], "g", vi, out), ir_version=ORACLE_IR_VERSION,
+                              opset_imports=[helper.make_opsetid("", ORACLE_OPSET),
+                                             helper.make_opsetid(FUSED_DOMAIN, 1)])
+        return np.asarray(Session(m, providers=["cpu_reference"]).run(None, f)[0])
+    shape = list(b.shape)
+    inits = [numpy_helper.from_array(np.array([2]), "ax"),
+             numpy_helper.from_array(np.array([1, 1, h // g, 1, 1]), "rep"),
+             numpy_helper.from_array(np.array([0, h, -1, shape[-1]]), "merge"),
+             numpy_helper.from_array(np.array(alpha, a.dtype), "alpha")]
+    n = helper.make_node
+    nodes = [n("Unsqueeze", ["b", "ax"], ["u"]), n("Expand", ["u", "rep"], ["e"]),
+             n("Reshape", ["e", "merge"], ["r"])]
+    if trans_b:
+        nodes.append(n("Transpose", ["r"], ["rt"], perm=[0, 1, 3, 2]))
+    nodes += [n("MatMul", ["a", "rt" if trans_b else "r"], ["p"]), n("Mul", ["p", "alpha"], ["y"])]
+    m = helper.make_model(helper.make_graph(nodes, "u", vi, out, inits),
+                          ir_version=ORACLE_IR_VERSION,
+                          opset_imports=[helper.make_opsetid("", ORACLE_OPSET)])
+    return np.asarray(run_ort(m, f)[0])
+
+
+@pytest.mark.parametrize("a,b,trans_b,alpha", [
+    ((1, 14, 1, 64), (1, 2, 9, 64), 1, 0.125), ((1, 14, 1, 9), (1, 2, 9, 64), 0, 1.0),
+    ((2, 4, 3, 10), (2, 2, 10, 8), 0, -2.0), ((1, 6, 5, 16), (1, 3, 7, 16), 1, 0.25),
+])
+def test_grouped_matmul_matches_the_repeated_heads_on_onnxruntime(a, b, trans_b, alpha):
+    f = fmm_feeds(np.float32, a, b, seed=31)
+    got = _grouped(f, False, alpha, trans_b)
+    want = _grouped(f, True, alpha, trans_b)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    rep = a[1] // b[1]
+    wb = np.repeat(f["b"].astype(np.float64), rep, axis=1)
+    exact = f["a"].astype(np.float64) @ (np.swapaxes(wb, -1, -2) if trans_b else wb) * alpha
+    assert got.tobytes() == exact.astype(np.float32).tobytes()        # rounded once
+
+
+def test_grouped_matmul_refuses_heads_that_are_not_whole_groups():
+    f = fmm_feeds(np.float32, (1, 5, 1, 8), (1, 2, 8, 4), seed=2)
+    with pytest.raises(NodeError, match="whole number"):
+        _grouped(f, False)

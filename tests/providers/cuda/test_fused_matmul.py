@@ -27,7 +27,7 @@ from tests.helpers.oracle import ORACLE_IR_VERSION, ORACLE_OPSET
 needs_nvmath = pytest.mark.skipif(not blas.is_available(),
                                   reason="nvmath-python (cuBLASLt bindings) is not installed")
 pytestmark = [pytest.mark.cuda, needs_nvmath]
-(KERNEL,) = [k for k in fused_gemm.KERNELS if isinstance(k, fused_gemm.FusedMatMul)]
+(KERNEL,) = [k for k in fused_gemm.KERNELS if type(k) is fused_gemm.FusedMatMul]
 OFF = SessionOptions(capture="off")
 
 
@@ -175,3 +175,48 @@ def test_captured_replays_are_the_eager_bytes(cuda_device, case):
     finally:
         on.close()
         off.close()
+
+
+# ---------------------------------------------------------------- onnx_ep.fused::GroupedMatMul
+
+def _grouped_model(dtype: object, a: Sequence[int], b: Sequence[int], **attrs: Any):
+    from onnx_ep.core.fusion import FUSED_DOMAIN
+
+    node = helper.make_node("GroupedMatMul", ["a", "b"], ["y"], domain=FUSED_DOMAIN,
+                            name="gmm", **attrs)
+    elem = onnx_elem_type(np.dtype(dtype))
+    graph = helper.make_graph(
+        [node], "grouped_matmul",
+        [helper.make_tensor_value_info(n, elem, list(s)) for n, s in zip("ab", (a, b))],
+        [helper.make_empty_tensor_value_info("y")])
+    return helper.make_model(graph, ir_version=ORACLE_IR_VERSION,
+                             opset_imports=[helper.make_opsetid("", ORACLE_OPSET),
+                                            helper.make_opsetid(FUSED_DOMAIN, 1)])
+
+
+#: (A, B, attributes): a decode step's scores and weighted values (14 heads on 2 groups),
+#: a prefill, and a batch of two
+GROUPED_CASES = {
+    "scores_decode": ((1, 14, 1, 64), (1, 2, 129, 64), {"transB": 1, "alpha": 0.125}),
+    "values_decode": ((1, 14, 1, 129), (1, 2, 129, 64), {}),
+    "scores_prefill": ((1, 14, 7, 64), (1, 2, 135, 64), {"transB": 1, "alpha": 0.125}),
+    "values_batch2": ((2, 4, 3, 10), (2, 2, 10, 8), {}),
+}
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("case", list(GROUPED_CASES))
+def test_grouped_matmul_keeps_the_promise_in_one_cublaslt_call(cuda_device, calls, case,
+                                                               dtype):
+    a, b, attrs = GROUPED_CASES[case]
+    dt = DTYPES[dtype]
+    m = _grouped_model(dt, a, b, **attrs)
+    f = feeds_for(dt, a, b, b[-1] if attrs.get("transB") else b[-2], seed=5)
+    sess = Session(m, providers=["cuda"], options=OFF)
+    assert sess.placement_summary() == {"cuda": 1}
+    got = np.asarray(sess.run(None, f)[0])
+    ref = np.asarray(Session(m, providers=["cpu_reference"]).run(None, f)[0])
+    assert got.shape == ref.shape
+    (grouped,) = [k for k in fused_gemm.KERNELS if isinstance(k, fused_gemm.GroupedMatMul)]
+    assert_parity(got, ref, grouped.parity_for(dt), f"GroupedMatMul {case} {dtype}")
+    assert len(calls) == 1 and calls[0].batch == a[0] * b[1]

@@ -30,7 +30,7 @@ from tests.providers.cuda.test_matmul_add_host import FakeLt, _Stream, _Tensor
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 F16, F32 = np.dtype(np.float16), np.dtype(np.float32)
-(KERNEL,) = [k for k in fused_gemm.KERNELS if isinstance(k, fused_gemm.FusedMatMul)]
+(KERNEL,) = [k for k in fused_gemm.KERNELS if type(k) is fused_gemm.FusedMatMul]
 shape_of = fused_gemm.fused_matmul_shape
 
 
@@ -275,3 +275,26 @@ def test_execution_names_the_node(lt):
         _execute(((4, 5), (6, 4)), F32, (4, 6), transB=1)
     with pytest.raises(NodeError, match=r"\(cuda\) transBatchA / transBatchB are not run"):
         _execute(((3, 2, 4), (2, 4, 5)), F32, (2, 3, 5), transBatchA=1)
+
+
+def test_grouped_matmul_reads_a_groups_heads_as_one_matrix_per_group():
+    from onnx_ep.core.kernel import NodeMeta
+    from onnx_ep.errors import NodeError
+
+    (grouped,) = [k for k in fused_gemm.KERNELS if isinstance(k, fused_gemm.GroupedMatMul)]
+
+    def meta(**attrs):
+        return NodeMeta(name="g", op_type="GroupedMatMul", domain="onnx_ep.fused", opset=1,
+                        attrs=attrs, inputs=())
+
+    scores = grouped.geometry(meta(transB=1), (1, 14, 1, 64), (1, 2, 129, 64), np.float16)
+    p = scores.problem
+    assert scores.out == (1, 14, 1, 129)
+    assert (p.batch, p.m, p.n, p.k, p.trans_a, p.trans_b) == (2, 7, 129, 64, False, True)
+    values = grouped.geometry(meta(), (2, 4, 3, 10), (2, 2, 10, 8), np.float32)
+    p = values.problem
+    assert values.out == (2, 4, 3, 8) and (p.batch, p.m, p.n, p.k) == (4, 6, 8, 10)
+    with pytest.raises(NodeError, match="whole number"):
+        grouped.geometry(meta(), (1, 5, 1, 8), (1, 2, 8, 4), np.float32)
+    with pytest.raises(NodeError, match="inner dimensions"):
+        grouped.geometry(meta(transB=1), (1, 4, 1, 8), (1, 2, 8, 4), np.float32)

@@ -88,6 +88,7 @@ from onnx_ep.providers.cuda.kernels.gemm import (
     problem_alignment,
     workspace_ptr,
 )
+from onnx_ep.providers.shared.grouped import grouped_shapes
 
 #: how a MatMulAdd call runs (:func:`route`; a bias of the product's shape is C: RESIDUAL)
 EPILOGUE, BROADCAST, RESIDUAL = "epilogue", "broadcast", "residual"
@@ -326,6 +327,11 @@ class FusedMatMul(FloatKernel):
         """transA and transB (any non-zero value is true, as in onnxruntime)."""
         return bool(meta.attr("transA", 0)), bool(meta.attr("transB", 0))
 
+    def geometry(self, meta: NodeMeta, a: Sequence[int], b: Sequence[int],
+                 dtype: Any) -> MatMulShape:
+        """The GEMM and output shape of this node at these shapes."""
+        return fused_matmul_shape(a, b, *self.flags(meta), dtype)
+
     def check(self, meta: NodeMeta) -> Support:
         if not blas.support():
             return blas.support()
@@ -341,7 +347,7 @@ class FusedMatMul(FloatKernel):
         sa, sb = static_shape(a), static_shape(b)
         if sa is not None and sb is not None:
             try:
-                fused_matmul_shape(sa, sb, *self.flags(meta), a.dtype)
+                self.geometry(meta, sa, sb, a.dtype)
             except NodeError as e:
                 return Support.no(e.detail)
             return Support.YES
@@ -353,13 +359,13 @@ class FusedMatMul(FloatKernel):
         sa, sb = static_shape(a), static_shape(b)
         if sa is None or sb is None:
             return [None]
-        return [TensorSpec(a.dtype, fused_matmul_shape(sa, sb, *self.flags(meta), a.dtype).out)]
+        return [TensorSpec(a.dtype, self.geometry(meta, sa, sb, a.dtype).out)]
 
     def workspace_requirement(self, meta: NodeMeta) -> WorkspaceRequirement:
         def size() -> WorkspaceRequirement:
             a, b = meta.inputs
             try:
-                shape = fused_matmul_shape(a.shape, b.shape, *self.flags(meta), a.dtype)
+                shape = self.geometry(meta, a.shape, b.shape, a.dtype)
             except NodeError:
                 return WorkspaceRequirement.NONE   # execution raises it with the run's shapes
             if shape.problem is None:
@@ -377,7 +383,7 @@ class FusedMatMul(FloatKernel):
             raise self.fail(ctx, "transBatchA / transBatchB are not run on cuda (supports() "
                                  "declines them)")
         try:
-            shape = fused_matmul_shape(a.shape, b.shape, *self.flags(meta), a.dtype)
+            shape = self.geometry(meta, a.shape, b.shape, a.dtype)
         except NodeError as e:
             raise self.fail(ctx, e.detail) from None
         if shape.zero_k:
@@ -389,4 +395,54 @@ class FusedMatMul(FloatKernel):
                  alpha=float(meta.attr("alpha", 1.0)), ordinal=a.device)
 
 
-KERNELS: list[Any] = [MatMulAdd(), FusedMatMul()]
+class GroupedMatMul(FusedMatMul):
+    """``onnx_ep.fused::GroupedMatMul(A, B)`` (cpu_reference/fused_gemm.py): A's H heads
+    against B's G groups, head h on group h // (H / G), one strided-batch GEMM.
+
+    Heads of one group are adjacent, so A ``[..., H, M, K]`` is read as ``[..., G, rep * M,
+    K]`` and the output ``[..., H, M, N]`` is written as ``[..., G, rep * M, N]``: the same
+    bytes, with B's groups read once each instead of expanded into a copy.
+    """
+
+    def __init__(self) -> None:
+        FloatKernel.__init__(self, "GroupedMatMul", since=1, parities=blas.GEMM_PARITY)
+        self.key = OpKey(FUSED_DOMAIN, "GroupedMatMul", 1)
+
+    @staticmethod
+    def flags(meta: NodeMeta) -> tuple[bool, bool]:
+        return False, bool(meta.attr("transB", 0))
+
+    def geometry(self, meta: NodeMeta, a: Sequence[int], b: Sequence[int],
+                 dtype: Any) -> MatMulShape:
+        a, b = tuple(int(d) for d in a), tuple(int(d) for d in b)
+        trans_b = self.flags(meta)[1]
+        why = grouped_shapes(a, b, trans_b)
+        if why:
+            raise NodeError(why)
+        h, g, m = a[-3], b[-3], a[-2]
+        shape = fused_matmul_shape(a[:-3] + (g, h // g * m, a[-1]), b, False, trans_b, dtype)
+        n = b[-2] if trans_b else b[-1]
+        return attrs.evolve(shape, out=a[:-3] + (h, m, n))
+
+    def check(self, meta: NodeMeta) -> Support:
+        if not blas.support():
+            return blas.support()
+        if len(meta.inputs) != 2 or any(s is None for s in meta.inputs):
+            return Support.no("GroupedMatMul takes 2 inputs (A, B) of known type")
+        a, b = meta.inputs
+        sa, sb = static_shape(a), static_shape(b)
+        if sa is not None and sb is not None:
+            try:
+                self.geometry(meta, sa, sb, a.dtype)
+            except NodeError as e:
+                return Support.no(e.detail)
+            return Support.YES
+        h, g = (a.shape[-3], b.shape[-3]) if min(len(a.shape), len(b.shape)) >= 3 else (0, 0)
+        if len(a.shape) != len(b.shape) or not isinstance(h, int) or not isinstance(g, int) \
+                or not g or h % g:
+            return Support.no(f"A {a.shape} and B {b.shape}: GroupedMatMul needs one rank "
+                              f">= 3 and known head counts, H a multiple of G")
+        return Support.YES
+
+
+KERNELS: list[Any] = [MatMulAdd(), FusedMatMul(), GroupedMatMul()]
