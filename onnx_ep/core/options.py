@@ -82,6 +82,10 @@ class SessionOptions:
         session runs as one kernel (an RMS norm, a rotary embedding: core/fusion.py) when
         the session is loaded; ``off`` runs the graph node for node. Host-only sessions
         never fuse.
+    :ivar disable_fallback: ``providers=["cuda"]`` behaves like onnxruntime's
+        ``["CUDAExecutionProvider"]``: nodes the device cannot run fall back to the CPU
+        reference, logged at INFO with the reason. ``True`` refuses them instead
+        (:exc:`NoKernelError` naming why each listed provider declined).
     """
 
     providers: tuple[str, ...] | None = attrs.field(default=None, converter=_providers)
@@ -93,6 +97,7 @@ class SessionOptions:
     capture: str = attrs.field(default="auto", validator=_capture_mode)
     capture_graphs: int = attrs.field(default=64, validator=_positive_count)
     fusion: str = attrs.field(default="auto", validator=_fusion_mode)
+    disable_fallback: bool = False
 
     @classmethod
     def from_toml(cls, path: str | os.PathLike[str]) -> SessionOptions:

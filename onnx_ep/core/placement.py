@@ -67,6 +67,9 @@ class Placement:
     steps: list[PlacedNode | CopyStep]
     uploads: list[CopyStep] = attrs.Factory(list)
     outputs: dict[str, str] = attrs.Factory(dict)
+    #: ``(node, op, host provider, why the device providers declined)`` for each node a
+    #: device provider listed first could not run (onnxruntime's CPU fallback)
+    fallbacks: list[tuple[str, str, str, str]] = attrs.Factory(list)
 
     @property
     def devices(self) -> set[str]:
@@ -123,6 +126,7 @@ def place(graph: Graph, registry: KernelRegistry, providers: Sequence[str],
         device_of[name] = HOST
     steps: list[PlacedNode | CopyStep] = []
     uploads: list[CopyStep] = []
+    fallbacks: list[tuple[str, str, str, str]] = []
     # a feed's copy to a device goes first: the plan's input slots are filled before any
     # kernel runs, so no copy splits the device steps into several capture segments
     feeds: list[PlacedNode | CopyStep] = []
@@ -153,10 +157,15 @@ def place(graph: Graph, registry: KernelRegistry, providers: Sequence[str],
         # subgraphs run on the host, so the values they read from this scope must be there
         implicit = tuple(on(n, HOST) for n in node.implicit_inputs)
         kernel = bind_kernel(sel.kernel, meta)
+        declined = [(p, why) for p, why in sel.passed_over
+                    if registry.providers[p].device != HOST]
+        if prov.device == HOST and declined:
+            fallbacks.append((node.name, f"{node.domain or 'ai.onnx'}::{node.op_type}",
+                              sel.provider, "; ".join(f"{p}: {why}" for p, why in declined)))
         steps.append(PlacedNode(node, meta, sel.provider, prov.device, kernel, inputs,
                                 implicit))
         for o in node.outputs:
             if o:
                 device_of[o] = prov.device
     outputs = {v.name: on(v.name, HOST) for v in graph.outputs}
-    return Placement(feeds + steps, uploads, outputs)
+    return Placement(feeds + steps, uploads, outputs, fallbacks)

@@ -251,6 +251,16 @@ def resolve_providers(requested: Sequence[str] | None, plugins: PluginSet) -> li
     return out
 
 
+def with_fallback(providers: list[str], plugins: PluginSet, disable: bool) -> list[str]:
+    """onnxruntime's rule: a list of device providers alone gets the available host
+    providers appended (best first), so the nodes the device cannot run fall back to the
+    CPU; ``disable`` (``SessionOptions.disable_fallback``) keeps the list as given."""
+    reg = plugins.registry
+    if disable or any(reg.providers[p].device == "cpu" for p in providers):
+        return providers
+    return providers + [p for p in reg.available() if reg.providers[p].device == "cpu"]
+
+
 def selection(hook: str, method: str, choice: Any) -> Any:
     """A selection hook's answer, checked: the built-ins always answer, so ``None`` or an
     object without ``method`` means a plugin returned something that is not a strategy."""

@@ -38,6 +38,8 @@ class Selection:
     provider: str
     kernel: Any
     entry: KernelEntry
+    #: ``(provider, why)`` for each provider listed before ``provider`` that declined
+    passed_over: tuple[tuple[str, str], ...] = ()
 
 
 class KernelRegistry:
@@ -122,7 +124,7 @@ class KernelRegistry:
                     f"{entry.kernel!r}.supports() returned {type(verdict).__name__}, "
                     f"expected onnx_ep.Support", plugin=entry.plugin)
             if verdict:
-                return Selection(p, entry.kernel, entry)
+                return Selection(p, entry.kernel, entry, tuple(tried.items()))
             tried[p] = f"rejected: {verdict.reason}"
         op = f"{meta.domain or 'ai.onnx'}::{meta.op_type}"
         raise NoKernelError(node=meta.name, op=op, opset=meta.opset, tried=tried)

@@ -44,7 +44,7 @@ from onnx_ep.core.planner import (
     program_io,
     workspace_views,
 )
-from onnx_ep.core.plugin_manager import plugins_for, resolve_providers, selection
+from onnx_ep.core.plugin_manager import plugins_for, resolve_providers, selection, with_fallback
 from onnx_ep.core.tensor import HOLDER as TENSOR_HOLDER
 from onnx_ep.core.tensor import HOST, IOBinding, Tensor, device_type
 from onnx_ep.errors import FeedError, OnnxEpWarning, PlanError
@@ -85,8 +85,9 @@ class Session:
             log.setLevel(self.options.log_level.upper())
         self._plugins = plugins_for(plugins)
         self._plugins.check()
-        self._providers = resolve_providers(
-            providers if providers is not None else self.options.providers, self._plugins)
+        self._providers = with_fallback(resolve_providers(
+            providers if providers is not None else self.options.providers, self._plugins),
+            self._plugins, self.options.disable_fallback)
         proto = load_model(model)
         self._light = light_model_for_inference(proto)
         self._graph, self._fusion = fuse(build_graph(proto, self._light), self._plugins.registry,
@@ -135,6 +136,8 @@ class Session:
             return prog
         reg = self._plugins.registry
         placement = place(self._graph, reg, self._providers, host_only)
+        for node, op, prov, why in placement.fallbacks:
+            log.info("%s: node %r (%s) falls back to %s: %s", self.holder, node, op, prov, why)
         devices = placement.devices
         if not devices:
             prog = build_program(self._graph, placement)

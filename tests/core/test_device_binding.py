@@ -157,8 +157,16 @@ def test_an_unsizable_node_without_a_host_provider_is_a_plan_error_naming_it():
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)],
                               ir_version=ORACLE_IR_VERSION)
     plugin = FakeDevicePlugin(ops=("Relu", "Reshape"))
+    strict = onnx_ep.SessionOptions(disable_fallback=True)
     with pytest.raises(PlanError, match="'dyn_reshape' on fake.*add 'cpu_reference'"):
-        onnx_ep.Session(model, providers=["fake"], plugins=[plugin])   # planned at load
+        onnx_ep.Session(model, providers=["fake"], plugins=[plugin],
+                        options=strict)                                # planned at load
+    # onnxruntime's rule (the default): the host provider is there, the node runs on it
+    s = onnx_ep.Session(model, providers=["fake"], plugins=[plugin])
+    x = np.arange(32, dtype=np.float32).reshape(4, 8) - 9
+    y = s.run(None, {"x": x, "s": np.array([8, 4])})[0]
+    np.testing.assert_array_equal(y, np.maximum(x, 0).reshape(8, 4))
+    assert s.placement_summary() == {"fake": 1, "cpu_reference": 1}
 
 
 def test_a_refusal_at_load_frees_everything_the_device_got():
