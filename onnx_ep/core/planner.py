@@ -358,6 +358,25 @@ class ExecutionPlan:
     #: uploads them once into ``program.folded``
     device_constants: dict[int, np.ndarray] = attrs.Factory(dict)
 
+    def copies(self) -> dict[str, dict[str, int]]:
+        """The copies between host and device a run of this plan makes, by direction
+        (``host_to_device``, ``device_to_host``): count and bytes at this signature.
+
+        Counted for host feeds and host fetches; IOBinding skips the fetches of outputs kept
+        on the device, and device feeds are copied device-to-device instead.
+        """
+        name_of = {s: n for n, s in self.program.slot_of.items()}
+        out = {"host_to_device": {"count": 0, "bytes": 0},
+               "device_to_host": {"count": 0, "bytes": 0}}
+        for st in self.program.steps:
+            if st.copy is None:
+                continue
+            spec = self.specs.get(name_of.get(st.in_slots[0], ""))
+            way = out["device_to_host" if st.copy.to_host else "host_to_device"]
+            way["count"] += 1
+            way["bytes"] += spec.nbytes if spec is not None and spec.is_static else 0
+        return out
+
 
 def infer_specs(light_model: onnx.ModelProto | None, graph: Graph,
                 input_specs: Sequence[TensorSpec]) -> dict[str, TensorSpec | None]:

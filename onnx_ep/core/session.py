@@ -234,7 +234,7 @@ class Session:
         self._finalizer()
 
     def resources(self) -> dict[str, Any]:
-        """Budget, ledger (by role and holder), plans' arena/workspace sizes, policy and counters.
+        """Budget, ledger (by role and holder), plans (arena, workspace, copies), policy, counters.
 
         JSON-ready: only dicts, lists, strings and ints.
         """
@@ -242,7 +242,7 @@ class Session:
                   "activation_naive_bytes": p.arena.naive_bytes,
                   "activation_live_peak_bytes": p.arena.live_peak_bytes,
                   "workspace_step_bytes": p.workspace.step_peak,
-                  "workspace_session_bytes": p.workspace.session_peak}
+                  "workspace_session_bytes": p.workspace.session_peak, "copies": p.copies()}
                  for p in list(self._plans.values())]
         return {"holder": self.holder, "device": self._authority.device,
                 "budget": self._authority.budget, "committed": self._authority.committed,

@@ -61,3 +61,21 @@ def test_disable_fallback_refuses_with_every_reason():
     s = onnx_ep.Session(_model(), providers=["fake", "cpu_reference"], plugins=[plugin],
                         options=strict)
     assert s.get_providers() == ["fake", "cpu_reference"]
+
+
+def test_each_plan_counts_its_copies_between_host_and_device():
+    plugin = FakeDevicePlugin(ops=("Relu", "Add"))
+    s = onnx_ep.Session(_model(), providers=["fake"], plugins=[plugin])
+    x = np.ones((2, 3), np.float32)
+    s.run(None, {"x": x})
+    (plan,) = s.resources()["plans"]
+    # x up; r down for the host Mul (which reads the host feed x as it is); m up again for
+    # Add; y down: 24 bytes each
+    assert plan["copies"] == {"host_to_device": {"count": 2, "bytes": 48},
+                              "device_to_host": {"count": 2, "bytes": 48}}
+    all_device = onnx_ep.Session(_model(), providers=["fake"],
+                                 plugins=[FakeDevicePlugin(ops=("Relu", "Add", "Mul"))])
+    all_device.run(None, {"x": x})
+    (plan,) = all_device.resources()["plans"]
+    assert plan["copies"] == {"host_to_device": {"count": 1, "bytes": 24},
+                              "device_to_host": {"count": 1, "bytes": 24}}
