@@ -142,8 +142,14 @@ class DeviceBinding:
         self._placed = True
 
     def adopt(self, program: Program) -> None:
-        """Replace ``program``'s :class:`PendingWeight` constants by the placed weights;
-        under streaming, check it numbers the weights as the pager serves them."""
+        """Let the runtime prepare ``program``'s device kernels (its optional ``prepare``:
+        CUDA compiles their families in parallel); replace ``program``'s
+        :class:`PendingWeight` constants by the placed weights; under streaming, check it
+        numbers the weights as the pager serves them."""
+        prepare = getattr(self.runtime, "prepare", None)
+        if prepare is not None:
+            prepare([s.kernel for s in program.placement.steps
+                     if getattr(s, "device", None) == self.device and hasattr(s, "kernel")])
         if not self._placed:
             return
         for i, (_, v) in enumerate(program.constants):

@@ -128,6 +128,9 @@ class DeviceRuntime(Protocol):
     #   copy(src, dst, stream) -> dst        device-to-device copy of equal dtype/shape
     #   from_dlpack(obj) -> device tensor    zero-copy import of a DLPack producer
     #   default_stream() -> stream           the stream from_dlpack orders producers before
+    #   prepare(kernels)                      before a program's first run, get ready what
+    #                                         its device kernels need (CUDA: compile their
+    #                                         kernel families in parallel)
     #   copy_many([(src, dst), ...], stream)  several such copies at once (one launch on
     #                                         CUDA): device feeds into their input buffers
     #                                         and outputs out of the arena use it

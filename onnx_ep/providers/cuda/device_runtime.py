@@ -96,6 +96,16 @@ class CudaRuntime:
         copies.copy_dtod(dst.ptr, src.ptr, src.nbytes, stream)
         return dst
 
+    def prepare(self, kernels: Sequence[object]) -> list[str]:
+        """Compile the kernel families ``kernels`` launch (and the runtime's own copies), in
+        parallel, before a session's first run; the families compiled (cached ones are not).
+        """
+        from onnx_ep.providers.cuda import driver, nvrtc
+
+        sources = {s for k in kernels if isinstance(s := getattr(k, "source", None), str)}
+        return nvrtc.precompile(sources | {"copies"}, self.cuda_device.arch,
+                                driver.driver_version())
+
     def copy_many(self, pairs: Sequence[tuple[DeviceTensor, DeviceTensor]],
                   stream: Stream) -> None:
         """Device-to-device copies ``(src, dst)`` (same dtype and shape each, no overlap),

@@ -22,7 +22,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -287,6 +288,43 @@ def _store(path: Path, data: bytes) -> None:
 
         from onnx_ep.errors import OnnxEpWarning
         warnings.warn(f"could not write cubin cache {path}: {e}", OnnxEpWarning, stacklevel=3)
+
+
+def precompile(sources: Iterable[str], arch: str, driver_version: int,
+               options: Sequence[str] = (), workers: int | None = None) -> list[str]:
+    """Compile, in parallel threads, the cubins of ``kernels/<source>.cu`` for ``arch`` that
+    the disk cache lacks; the sources compiled, in order.
+
+    A session's kernels otherwise compile one family at a time as each first launches, and a
+    cold first run waits for the sum of them; NVRTC runs outside the GIL, so here it waits
+    for about the slowest one. Unknown sources are skipped; a source that does not compile
+    is left for its first launch, which raises the error with the node that needs it.
+    """
+    opts = full_options(arch, options)
+    headers = local_headers()
+    todo: list[tuple[str, str, str]] = []
+    for source in sorted(set(sources)):
+        try:
+            text = source_path(source).read_text()
+        except FileNotFoundError:
+            continue
+        key = cache_key(text, opts, arch, driver_version, nvrtc_version(), headers)
+        if not cubin_path(f"{source}.cu", arch, key).is_file():
+            todo.append((source, text, key))
+    if not todo:
+        return []
+
+    def build(job: tuple[str, str, str]) -> str:
+        source, text, key = job
+        try:
+            cached_cubin(text, f"{source}.cu", opts, arch, driver_version, key=key)
+        except NvrtcError:
+            pass
+        return source
+
+    n = workers or min(len(todo), os.cpu_count() or 1, 16)
+    with ThreadPoolExecutor(max_workers=n) as pool:
+        return list(pool.map(build, todo))
 
 
 # ---------------------------------------------------------------- functions
