@@ -103,8 +103,16 @@ class CudaRuntime:
         from onnx_ep.providers.cuda import driver, nvrtc
 
         sources = {s for k in kernels if isinstance(s := getattr(k, "source", None), str)}
-        return nvrtc.precompile(sources | {"copies"}, self.cuda_device.arch,
-                                driver.driver_version())
+        try:
+            return nvrtc.precompile(sources | {"copies"}, self.cuda_device.arch,
+                                    driver.driver_version())
+        except Exception as e:   # only an early start: each family still compiles on first use
+            import logging
+
+            logging.getLogger("onnx_ep").warning("compiling kernel families ahead failed "
+                                                 "(%s: %s); they compile on first use",
+                                                 type(e).__name__, e)
+            return []
 
     def copy_many(self, pairs: Sequence[tuple[DeviceTensor, DeviceTensor]],
                   stream: Stream) -> None:
