@@ -15,7 +15,13 @@ static placement. At 731ec76 it predicted 1,451 cases against the H200's 1,347: 
 counted as off cuda was off cuda there, and 103 of the 104 it over-counts are such unplannable
 cases (expanded Attention/FlexAttention; the 104th is test_constant).
 
+``--model PATH`` reports one model instead: its graph fused and placed as a
+``providers=["cuda"]`` session would (onnxruntime's fallback rule), every node that would
+run on the host with the reason each device provider gave, the copies between host and
+device that placement inserts, and what fusion did.
+
 ``python scripts/cuda_coverage.py [-k REGEX] [--ops] [--cases] [--plan] [--json FILE]``
+``python scripts/cuda_coverage.py --model PATH [--json FILE]``
 """
 
 from __future__ import annotations
@@ -91,6 +97,31 @@ def unsized_at_plan(light, graph, registry, case) -> list[tuple[str, str]]:
     return [(ops[n], "size unknown at plan time (runs on the host)") for n in sorted(moved)]
 
 
+def model_report(path: str) -> dict:
+    """One model as a ``providers=["cuda"]`` session would place it (no GPU needed)."""
+    from onnx_ep.core.fusion import fuse
+    from onnx_ep.core.graph import load_model
+    from onnx_ep.core.placement import CopyStep, place
+
+    plugins = build_plugins(())
+    registry = plugins.registry
+    providers = ["cuda", "cpu_reference"]
+    proto = load_model(path)
+    graph = build_graph(proto, light_model_for_inference(proto))
+    n_model = len(graph.nodes)
+    graph, fused = fuse(graph, registry, providers, plugins.fusion_rules())
+    placement = place(graph, registry, providers)
+    host = [{"node": n, "op": op, "reason": why} for n, op, _, why in placement.fallbacks]
+    host += [{"node": n.name, "op": n.op_type, "reason": "has subgraphs (they run on the host)"}
+             for n in graph.nodes if n.subgraphs]
+    copies = collections.Counter(f"{c.src_device}->{c.dst_device}" for c in placement.steps
+                                 if isinstance(c, CopyStep))
+    return {"model": str(path), "model_nodes": n_model, "nodes": len(graph.nodes),
+            "placement": placement.count_by_provider(), "host_steps": host,
+            "copies": dict(copies), "uploaded_weights": len(placement.uploads),
+            "fusion": fused.as_dict()}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-k", dest="pattern", default=None, help="regex on case names")
@@ -99,9 +130,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plan", action="store_true",
                     help="also plan each case at its input shapes (plan-time host fallbacks)")
     ap.add_argument("--json", default=None, help="write per-case results here")
+    ap.add_argument("--model", default=None,
+                    help="report this model's host steps, copies and fusion instead")
     args = ap.parse_args(argv)
 
     cuda_driver.is_available = lambda: Support.YES  # placement only: nothing launches
+    if args.model:
+        rep = model_report(args.model)
+        print(f"{rep['model']}: {rep['model_nodes']} nodes, {rep['nodes']} after fusion "
+              f"{rep['fusion']['fused']}; placed {rep['placement']}; copies {rep['copies']}")
+        for h in rep["host_steps"]:
+            print(f"  host: {h['node']} ({h['op']}): {h['reason'][:160]}")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(rep, f, indent=1)
+        return 0
     registry = build_plugins(()).registry
     skips = load_skips()
     all_cases = load_cases(args.pattern)
