@@ -15,6 +15,7 @@ float64 accumulation rounded once: :data:`~onnx_ep.providers.cuda.blas.GEMM_PARI
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -67,20 +68,9 @@ class MatMulShape:
     zero_k: bool = False
 
 
-#: geometries already computed, by (shapes, dtype): a decode step asks for the same few
-#: hundred times per run, and computing one costs more than the launch it describes
-_SHAPES: dict[tuple[Any, ...], Any] = {}
-_SHAPES_MAX = 4096
-
-
-def _memo(key: tuple[Any, ...], make: Any) -> Any:
-    hit = _SHAPES.get(key)
-    if hit is None:
-        hit = make()
-        if len(_SHAPES) >= _SHAPES_MAX:
-            _SHAPES.clear()
-        _SHAPES[key] = hit
-    return hit
+#: how many geometries each memo keeps: a decode step asks for the same few hundred every
+#: run, and computing one costs more than the launch it describes
+GEOMETRY_CACHE = 4096
 
 
 def matmul_shape(a: Sequence[int], b: Sequence[int], dtype: Any) -> MatMulShape:
@@ -89,10 +79,11 @@ def matmul_shape(a: Sequence[int], b: Sequence[int], dtype: Any) -> MatMulShape:
     :raises NodeError: invalid shapes, or a batch broadcast cuBLASLt's strided batch
         cannot express (a batched B against an A with fewer batch matrices).
     """
-    return _memo(("mm", tuple(a), tuple(b), dtype), lambda: _matmul_shape(a, b, dtype))
+    return _matmul_shape(tuple(a), tuple(b), np.dtype(dtype))
 
 
-def _matmul_shape(a: Sequence[int], b: Sequence[int], dtype: Any) -> MatMulShape:
+@functools.lru_cache(maxsize=GEOMETRY_CACHE)
+def _matmul_shape(a: tuple[Any, ...], b: tuple[Any, ...], dtype: np.dtype) -> MatMulShape:
     """THE MatMul geometry (plan time and execution both call it).
 
     :raises NodeError: invalid shapes, or a batch broadcast cuBLASLt's strided batch
@@ -217,12 +208,12 @@ def matmul_add_shape(a: Sequence[int], b: Sequence[int], bias: Sequence[int],
 
     :raises NodeError: see :func:`_matmul_add_shape`.
     """
-    return _memo(("mma", tuple(a), tuple(b), tuple(bias), dtype),
-                 lambda: _matmul_add_shape(a, b, bias, dtype))
+    return _matmul_add_shape(tuple(a), tuple(b), tuple(bias), np.dtype(dtype))
 
 
-def _matmul_add_shape(a: Sequence[int], b: Sequence[int], bias: Sequence[int],
-                      dtype: Any) -> MatMulAddShape:
+@functools.lru_cache(maxsize=GEOMETRY_CACHE)
+def _matmul_add_shape(a: tuple[Any, ...], b: tuple[Any, ...], bias: tuple[Any, ...],
+                      dtype: np.dtype) -> MatMulAddShape:
     """THE MatMulAdd geometry (plan time and execution both call it).
 
     :raises NodeError: :func:`matmul_shape`'s reasons, a bias that does not broadcast to
