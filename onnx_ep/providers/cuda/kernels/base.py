@@ -500,8 +500,13 @@ class BoundLaunch(CudaKernel):
         key = self.launch_key(ctx.stream, inputs, y)
         rec = self._launches.get(key)
         if rec is None:
+            self.check(ctx, inputs, y)
             rec = self.prepare(ctx.stream, inputs, y, key)
         rec()
+
+    def check(self, ctx: ExecutionContext, inputs: Sequence[Any], y: Any) -> None:
+        """Raise a NodeError for inputs the launch cannot take (once per launch key, before
+        its launch is built); rows checked at placement have nothing to add."""
 
     def launch_key(self, stream: Any, inputs: Sequence[Any], y: Any) -> tuple[Any, ...]:
         """What fixes the launch writing ``y`` from ``inputs`` on ``stream``."""

@@ -120,16 +120,6 @@ class BoundSiluMul(BoundLaunch):
         self.dtype = dtype
         self.parity = row.parity_for(dtype)
 
-    def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
-                               outputs: list[Any], workspace: Any) -> None:
-        y = outputs[0]
-        key = self.launch_key(ctx.stream, inputs, y)
-        rec = self._launches.get(key)
-        if rec is None:
-            self.check(ctx, inputs, y)
-            rec = self.prepare(ctx.stream, inputs, y, key)
-        rec()
-
     def check(self, ctx: ExecutionContext, inputs: Sequence[Any], y: Any) -> None:
         """Raise a NodeError unless ``inputs`` and ``y`` make a SiluMul of the bound dtype
         (run once per launch key, before its launch is built)."""
