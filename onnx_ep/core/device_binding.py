@@ -19,7 +19,7 @@ from onnx_ep.core.graph import Graph
 from onnx_ep.core.kernel import TensorSpec
 from onnx_ep.core.memory import DeviceMemoryAuthority, Reservation, Role, align_up, authority_for
 from onnx_ep.core.pager import DevicePager
-from onnx_ep.core.placement import CopyStep
+from onnx_ep.core.placement import CopyStep, PlacedNode
 from onnx_ep.core.planner import ExecutionPlan, Program, workspace_views
 from onnx_ep.core.provider import Provider
 from onnx_ep.errors import PlanError
@@ -149,7 +149,7 @@ class DeviceBinding:
         prepare = getattr(self.runtime, "prepare", None)
         if prepare is not None:
             prepare([s.kernel for s in program.placement.steps
-                     if getattr(s, "device", None) == self.device and hasattr(s, "kernel")])
+                     if isinstance(s, PlacedNode) and s.device == self.device])
         if not self._placed:
             return
         for i, (_, v) in enumerate(program.constants):

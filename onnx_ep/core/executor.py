@@ -214,27 +214,17 @@ def copy_feeds(program: Program, env: list[Any],
     several µs of host time. The feed's slot is pointed at its copy, so the skipped step
     (whose output is its input) leaves the planned buffer in place for the steps after it.
     """
-    jobs: list[tuple[Any, Any]] = []
-    done: list[int] = []
-    rt = stream = None
-    for i in program_io(program).uploads:
-        st = program.steps[i]
-        src, dst = env[st.in_slots[0]], prebound[i][0]
-        call = st.call
-        if dst is None or src is None or isinstance(src, np.ndarray) or not hasattr(
-                getattr(call, "runtime", None), "copy_many"):
-            continue
-        if rt is not None and call.runtime is not rt:
-            continue
-        rt, stream = call.runtime, st.ctx.stream
-        jobs.append((src, dst))
-        done.append(i)
-    if len(jobs) < 2:
+    steps = program.steps
+    done = [i for i in program_io(program).uploads
+            if prebound[i][0] is not None
+            and not isinstance(env[steps[i].in_slots[0]], (np.ndarray, type(None)))]
+    runtime = getattr(steps[done[0]].call, "runtime", None) if done else None
+    if len(done) < 2 or not hasattr(runtime, "copy_many"):
         return frozenset()
-    assert rt is not None
-    rt.copy_many(jobs, stream)
-    for i, (_, dst) in zip(done, jobs):
-        env[program.steps[i].in_slots[0]] = dst
+    copy_all(runtime, [(env[steps[i].in_slots[0]], prebound[i][0]) for i in done],
+             steps[done[0]].ctx.stream)
+    for i in done:
+        env[steps[i].in_slots[0]] = prebound[i][0]
     return frozenset(done)
 
 
