@@ -444,8 +444,9 @@ class ScaledMatMul:
     scores ``q @ k^T * scale`` -> onnxruntime's ``com.microsoft::FusedMatMul`` with
     ``alpha`` and ``transB``: the GEMM transposes and scales, no kernel does either apart.
 
-    Anchored at the scaling (with or without the transpose) or at the MatMul (a transpose
-    alone). The transpose must swap the last two axes only.
+    Anchored at the scaling (a ``Div`` by a constant, or constant ``Mul``s; with or without
+    the transpose) or at the MatMul (a transpose, scaled operands or grouped heads alone).
+    The transpose must swap the last two axes only.
     """
 
     name = "scaled_matmul"
@@ -467,20 +468,18 @@ class ScaledMatMul:
     def match(self, anchor: Node, view: View) -> Match | None:
         if anchor.domain not in ("", "ai.onnx"):
             return None
-        alpha, mm, nodes = 1.0, None, [anchor]
-        if anchor.op_type in ("Mul", "Div") and len(anchor.inputs) == 2:
-            for prod, k in ((anchor.inputs, anchor.inputs[::-1])[:1 + (anchor.op_type == "Mul")]):
-                c = view.scalar(k)
-                mm = view.producer(prod, "MatMul")
-                if c is not None and mm is not None and c != 0:
-                    alpha = c if anchor.op_type == "Mul" else 1.0 / c
-                    nodes = [mm, anchor]
-                    break
-                mm = None
-        elif anchor.op_type == "MatMul":
-            mm = anchor
-        if mm is None or len(mm.inputs) != 2:
+        alpha, top, nodes = 1.0, anchor.outputs[0], []
+        if anchor.op_type == "Div" and len(anchor.inputs) == 2:
+            c = view.scalar(anchor.inputs[1])
+            if not c:
+                return None
+            alpha, top, nodes = 1.0 / c, anchor.inputs[0], [anchor]
+        top, f, ns = self._unscale(top, view)       # Mul anchors (and chains of them)
+        alpha, nodes = alpha * f, [*ns, *nodes]
+        mm = view.producer(top, "MatMul")
+        if mm is None or len(mm.inputs) != 2 or (mm is not anchor and not nodes):
             return None
+        nodes = [mm, *nodes] if mm is not anchor else [mm]
         # scaled operands (scaled dot-product attention scales q and k by sqrt(scale) each)
         a, fa, na = self._unscale(mm.inputs[0], view)
         b, fb, nb = self._unscale(mm.inputs[1], view)
@@ -497,7 +496,7 @@ class ScaledMatMul:
         if grouped is not None:
             b, ng = grouped
             nodes = [*ng, *nodes]
-        if anchor is mm and not swaps and len(nodes) == 1:
+        if len(nodes) == 1:
             return None                      # neither a scale nor a transpose to fold
         ys = view.spec(anchor.outputs[0])
         if ys is None or ys.dtype.kind != "f":
