@@ -19,6 +19,7 @@ from onnx import helper
 
 from onnx_ep import Session, SessionOptions
 from onnx_ep.core.dtypes import onnx_elem_type
+from onnx_ep.core.fusion import FUSED_DOMAIN
 from onnx_ep.providers.cuda import blas
 from onnx_ep.providers.cuda.kernels import fused_gemm
 from tests.helpers.cuda_dense import DTYPES, assert_parity
@@ -32,10 +33,10 @@ OFF = SessionOptions(capture="off")
 
 
 def fused_matmul_model(dtype: object, a: Sequence[int | str], b: Sequence[int | str],
+                       op: str = "FusedMatMul", domain: str = "com.microsoft",
                        **attrs: Any) -> onnx.ModelProto:
-    """One FusedMatMul node over graph inputs a and b."""
-    node = helper.make_node("FusedMatMul", ["a", "b"], ["y"], domain="com.microsoft",
-                            name="fmm", **attrs)
+    """One FusedMatMul (or ``domain::op``) node over graph inputs a and b."""
+    node = helper.make_node(op, ["a", "b"], ["y"], domain=domain, name="fmm", **attrs)
     elem = onnx_elem_type(np.dtype(dtype))
     graph = helper.make_graph(
         [node], "fused_matmul",
@@ -43,7 +44,7 @@ def fused_matmul_model(dtype: object, a: Sequence[int | str], b: Sequence[int | 
         [helper.make_empty_tensor_value_info("y")])
     return helper.make_model(graph, ir_version=ORACLE_IR_VERSION,
                              opset_imports=[helper.make_opsetid("", ORACLE_OPSET),
-                                            helper.make_opsetid("com.microsoft", 1)])
+                                            helper.make_opsetid(domain, 1)])
 
 
 def feeds_for(dtype: object, a: Sequence[int], b: Sequence[int], k: int,
@@ -179,21 +180,6 @@ def test_captured_replays_are_the_eager_bytes(cuda_device, case):
 
 # ---------------------------------------------------------------- onnx_ep.fused::GroupedMatMul
 
-def _grouped_model(dtype: object, a: Sequence[int], b: Sequence[int], **attrs: Any):
-    from onnx_ep.core.fusion import FUSED_DOMAIN
-
-    node = helper.make_node("GroupedMatMul", ["a", "b"], ["y"], domain=FUSED_DOMAIN,
-                            name="gmm", **attrs)
-    elem = onnx_elem_type(np.dtype(dtype))
-    graph = helper.make_graph(
-        [node], "grouped_matmul",
-        [helper.make_tensor_value_info(n, elem, list(s)) for n, s in zip("ab", (a, b))],
-        [helper.make_empty_tensor_value_info("y")])
-    return helper.make_model(graph, ir_version=ORACLE_IR_VERSION,
-                             opset_imports=[helper.make_opsetid("", ORACLE_OPSET),
-                                            helper.make_opsetid(FUSED_DOMAIN, 1)])
-
-
 #: (A, B, attributes): a decode step's scores and weighted values (14 heads on 2 groups),
 #: a prefill, and a batch of two
 GROUPED_CASES = {
@@ -210,7 +196,7 @@ def test_grouped_matmul_keeps_the_promise_in_one_cublaslt_call(cuda_device, call
                                                                dtype):
     a, b, attrs = GROUPED_CASES[case]
     dt = DTYPES[dtype]
-    m = _grouped_model(dt, a, b, **attrs)
+    m = fused_matmul_model(dt, a, b, op="GroupedMatMul", domain=FUSED_DOMAIN, **attrs)
     f = feeds_for(dt, a, b, b[-1] if attrs.get("transB") else b[-2], seed=5)
     sess = Session(m, providers=["cuda"], options=OFF)
     assert sess.placement_summary() == {"cuda": 1}
