@@ -52,6 +52,11 @@ def _fusion_mode(inst: Any, attribute: attrs.Attribute[Any], value: str) -> None
         raise OptionsError(f"{attribute.name} must be one of {FUSION_MODES}, got {value!r}")
 
 
+def _flag(inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, bool):
+        raise OptionsError(f"{attribute.name} must be True or False, got {value!r}")
+
+
 def _positive_count(inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise OptionsError(f"{attribute.name} must be a positive integer, got {value!r}")
@@ -97,7 +102,7 @@ class SessionOptions:
     capture: str = attrs.field(default="auto", validator=_capture_mode)
     capture_graphs: int = attrs.field(default=64, validator=_positive_count)
     fusion: str = attrs.field(default="auto", validator=_fusion_mode)
-    disable_fallback: bool = False
+    disable_fallback: bool = attrs.field(default=False, validator=_flag)
 
     @classmethod
     def from_toml(cls, path: str | os.PathLike[str]) -> SessionOptions:

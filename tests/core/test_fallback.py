@@ -79,3 +79,10 @@ def test_each_plan_counts_its_copies_between_host_and_device():
     (plan,) = all_device.resources()["plans"]
     assert plan["copies"] == {"host_to_device": {"count": 1, "bytes": 24},
                               "device_to_host": {"count": 1, "bytes": 24}}
+
+
+def test_disable_fallback_takes_a_bool_and_says_so():
+    from onnx_ep.errors import OptionsError
+
+    with pytest.raises(OptionsError, match="disable_fallback must be True or False"):
+        onnx_ep.SessionOptions(disable_fallback="yes")
