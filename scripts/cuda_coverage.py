@@ -16,9 +16,10 @@ counted as off cuda was off cuda there, and 103 of the 104 it over-counts are su
 cases (expanded Attention/FlexAttention; the 104th is test_constant).
 
 ``--model PATH`` reports one model instead: its graph fused and placed as a
-``providers=["cuda"]`` session would (onnxruntime's fallback rule), every node that would
-run on the host with the reason each device provider gave, the copies between host and
-device that placement inserts, and what fusion did.
+``providers=["cuda"]`` session would at load (onnxruntime's fallback rule), every node that
+would run on the host with the reason each device provider gave, which of those are deferred
+(asked again with each signature's sizes and folded values, see ``core/settling.py``), the
+copies between host and device that placement inserts, and what fusion did.
 
 ``python scripts/cuda_coverage.py [-k REGEX] [--ops] [--cases] [--plan] [--json FILE]``
 ``python scripts/cuda_coverage.py --model PATH [--json FILE]``
@@ -74,7 +75,8 @@ def unsized_at_plan(light, graph, registry, case) -> list[tuple[str, str]]:
 
     from onnx_ep.core.kernel import TensorSpec
     from onnx_ep.core.placement import place
-    from onnx_ep.core.planner import build_program, infer_specs, plan_with_host_fallback
+    from onnx_ep.core.planner import build_program, infer_specs
+    from onnx_ep.core.settling import plan_with_host_fallback
 
     inputs, _ = case.data_sets[0]
     arrays = [_normalize_tensor(x) for x in inputs]
@@ -85,23 +87,29 @@ def unsized_at_plan(light, graph, registry, case) -> list[tuple[str, str]]:
     ops = {n.name: n.op_type for n in graph.nodes}
     moved: list[str] = []
 
-    def build(host_only: frozenset[str]):
-        placement = place(graph, registry, ["cuda", "cpu_reference"], host_only)
+    def build(host_only: frozenset[str], promoted: frozenset[str] = frozenset()):
+        placement = place(graph, registry, ["cuda", "cpu_reference"], host_only, promoted)
         # uploaded initializers are program constants (host arrays stand in for the device
         # copies: nothing runs)
         return build_program(graph, placement, runtimes={"cuda": _NoCopies()},
                              device_constants={c.dst: graph.initializers[c.src]
                                                for c in placement.uploads})
 
-    plan_with_host_fallback(build, (), specs, "cuda", moved.extend)   # the session's loop
-    return [(ops[n], "size unknown at plan time (runs on the host)") for n in sorted(moved)]
+    why: dict[str, str] = {}
+
+    def moved_back(names: list[str], reasons: dict[str, str]) -> None:
+        moved.extend(names)
+        why.update(reasons)
+
+    plan_with_host_fallback(build, (), specs, "cuda", moved_back)   # the session's loop
+    return [(ops[n], f"{why[n]} (runs on the host)") for n in sorted(moved)]
 
 
 def model_report(path: str) -> dict:
     """One model as a ``providers=["cuda"]`` session would place it (no GPU needed)."""
     from onnx_ep.core.fusion import fuse
     from onnx_ep.core.graph import load_model
-    from onnx_ep.core.placement import CopyStep, place
+    from onnx_ep.core.placement import CopyStep, PlacedNode, place
 
     plugins = build_plugins(())
     registry = plugins.registry
@@ -116,8 +124,11 @@ def model_report(path: str) -> dict:
              for n in graph.nodes if n.subgraphs]
     copies = collections.Counter(f"{c.src_device}->{c.dst_device}" for c in placement.steps
                                  if isinstance(c, CopyStep))
+    deferred = [s.node.name for s in placement.steps
+                if isinstance(s, PlacedNode) and s.deferred]
     return {"model": str(path), "model_nodes": n_model, "nodes": len(graph.nodes),
             "placement": placement.count_by_provider(), "host_steps": host,
+            "deferred": deferred,
             "copies": dict(copies), "uploaded_weights": len(placement.uploads),
             "fusion": fused.as_dict()}
 
@@ -141,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{rep['fusion']['fused']}; placed {rep['placement']}; copies {rep['copies']}")
         for h in rep["host_steps"]:
             print(f"  host: {h['node']} ({h['op']}): {h['reason'][:160]}")
+        if rep["deferred"]:
+            print(f"  {len(rep['deferred'])} of these are asked again when a signature is "
+                  f"planned (their meta was incomplete at load): a session runs them on cuda "
+                  f"where the kernel accepts them then")
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(rep, f, indent=1)

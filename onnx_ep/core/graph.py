@@ -10,7 +10,7 @@ so ordering and liveness account for them.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from onnx_ep.core.dtypes import np_dtype, type_string
+from onnx_ep.core.dtypes import np_dtype, onnx_elem_type, type_string
 from onnx_ep.core.kernel import TensorSpec
 from onnx_ep.errors import ModelError
 
@@ -53,6 +53,9 @@ class Node:
     outputs: tuple[str, ...]
     attrs: dict[str, Any]
     implicit_inputs: tuple[str, ...] = ()
+    #: the model's NodeProto (None for nodes made by a rewrite such as fusion): onnx's
+    #: inference of this one node at a plan's sizes (:func:`infer_node`)
+    proto: onnx.NodeProto | None = None
 
     @property
     def subgraphs(self) -> list[Graph]:
@@ -165,6 +168,38 @@ def infer(model: onnx.ModelProto) -> onnx.ModelProto:
         return model
 
 
+def infer_node(node: Node, opset: int, inputs: Sequence[TensorSpec | None],
+               known: Mapping[int, np.ndarray]) -> list[TensorSpec | None]:
+    """onnx's inference of one standard node from its inputs' specs and the input values a
+    plan knows (``known``, by position): its outputs' specs, ``None`` where onnx could not
+    size one. For a node whose inputs whole-model inference left untyped (after a custom op,
+    or a shape computed at run time) once a plan has sized them."""
+    if node.proto is None or node.domain not in ("", "ai.onnx") or node.subgraphs:
+        return [None] * len(node.outputs)
+    types: dict[str, onnx.TypeProto] = {}
+    data: dict[str, onnx.TensorProto] = {}
+    for i, (name, spec) in enumerate(zip(node.proto.input, inputs)):
+        if not name:
+            continue
+        if spec is None or not spec.is_static:
+            return [None] * len(node.outputs)
+        types[name] = onnx.helper.make_tensor_type_proto(onnx_elem_type(spec.dtype), spec.shape)
+        if i in known and np.asarray(known[i]).size <= DATA_PROP_MAX_1D:
+            data[name] = numpy_helper.from_array(np.asarray(known[i]), name)
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset, "")
+        got = onnx.shape_inference.infer_node_outputs(
+            schema, node.proto, types, data, opset_imports=[onnx.helper.make_opsetid("", opset)])
+    except Exception:  # noqa: BLE001 - advisory, as whole-model inference
+        return [None] * len(node.outputs)
+    out: list[TensorSpec | None] = []
+    for name in node.proto.output:
+        v = value_from_type(name, got[name]) if name in got else None
+        out.append(v.spec if v is not None and v.spec is not None and v.spec.is_static
+                   else None)
+    return out
+
+
 def _short_or_not_1d(tp: onnx.TypeProto) -> bool:
     if tp.WhichOneof("value") != "tensor_type" or not tp.tensor_type.HasField("shape"):
         return True
@@ -233,7 +268,7 @@ def _convert_graph(gp: onnx.GraphProto, opsets: dict[str, int], outer: frozenset
         seen_names.add(name)
         attrs_ = {a.name: _attr_value(a, opsets, scope, name) for a in np_.attribute}
         node = Node(name, np_.op_type, "" if np_.domain in ("", "ai.onnx") else np_.domain,
-                    tuple(np_.input), tuple(np_.output), attrs_)
+                    tuple(np_.input), tuple(np_.output), attrs_, proto=np_)
         implicit: list[str] = []
         for sg in node.subgraphs:
             implicit.extend(n for n in sg.outer_names if n not in implicit)

@@ -260,10 +260,13 @@ class NodeMeta:
         optional input, or a non-tensor value such as a sequence).
     :ivar outputs: inferred output specs when known, else ``None`` entries.
     :ivar input_names, output_names: value names as in the model.
-    :ivar constants: host values of the inputs that are model initializers, by input
-        position (read-only numpy arrays). A kernel may size its outputs from them at
-        plan time (Pad's pads, Reshape's shape); at run time a device kernel still reads
-        its device copy, never these.
+    :ivar constants: host values of inputs known before the run, by input position
+        (read-only numpy arrays): at load, the model's initializers; when a signature is
+        planned (``infer_outputs``, ``workspace_requirement``, a deferred ``supports``) also
+        the values the plan folded there (axes, shapes, pads computed from shapes). The run's
+        ``ctx.node`` is that plan-time meta, so a kernel may read attribute-like values
+        (axes, k, repeats) here at run time too; tensors it computes on are read from its
+        inputs.
     """
 
     name: str
@@ -282,7 +285,8 @@ class NodeMeta:
         return self.attrs.get(name, default)
 
     def constant(self, index: int) -> Any:
-        """The host value of input ``index`` when it is an initializer, else ``None``."""
+        """The host value of input ``index`` when it is known (see :attr:`constants`), else
+        ``None``."""
         return self.constants.get(index)
 
 

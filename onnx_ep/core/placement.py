@@ -8,7 +8,7 @@ a :class:`CopyStep` is inserted and the consumer reads the copy.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -36,6 +36,15 @@ class PlacedNode:
     inputs: tuple[str, ...]
     #: host values for ``node.implicit_inputs`` (subgraphs run on the host)
     implicit: tuple[str, ...] = ()
+    #: a device provider whose kernel declined this node at load while its meta was
+    #: incomplete (a rank, size or plan-time value unknown): the planner asks it again at
+    #: each signature, with that signature's specs and folded values (:func:`undecided`)
+    deferred: str = ""
+    #: that provider's (unbound) kernel for the node
+    deferred_kernel: Any = None
+    #: placed on ``deferred``'s device at one signature after it accepted there: ``kernel``
+    #: is unbound here; the planner binds it with the signature's meta
+    promoted: bool = False
 
 
 @attrs.define(eq=False)
@@ -70,11 +79,14 @@ class Placement:
     #: ``(node, op, host provider, why the device providers declined)`` for each node a
     #: device provider listed first could not run (onnxruntime's CPU fallback)
     fallbacks: list[tuple[str, str, str, str]] = attrs.Factory(list)
+    #: devices of the providers that deferred nodes may be promoted to at a signature
+    deferred_to: set[str] = attrs.Factory(set)
 
     @property
     def devices(self) -> set[str]:
-        """Non-host devices any step runs on."""
-        return {s.device for s in self.steps if isinstance(s, PlacedNode) and s.device != HOST}
+        """Non-host devices any step runs on, or may run on once a signature is planned."""
+        return {s.device for s in self.steps
+                if isinstance(s, PlacedNode) and s.device != HOST} | self.deferred_to
 
     def count_by_provider(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -85,8 +97,13 @@ class Placement:
 
 
 def node_meta(node: Node, graph: Graph,
-              specs: dict[str, TensorSpec | None] | None = None) -> NodeMeta:
-    """The :class:`NodeMeta` of ``node`` with specs from ``specs`` or the graph's inferred types."""
+              specs: dict[str, TensorSpec | None] | None = None,
+              known: Mapping[int, Any] | None = None) -> NodeMeta:
+    """The :class:`NodeMeta` of ``node`` with specs from ``specs`` or the graph's inferred types.
+
+    :param known: host values of inputs, by position, that the plan knows beyond the
+        initializers (folded at one signature); they join :attr:`NodeMeta.constants`.
+    """
     def spec(name: str) -> TensorSpec | None:
         if not name:
             return None
@@ -99,21 +116,57 @@ def node_meta(node: Node, graph: Graph,
         return v.spec if v is not None else None
 
     inits = graph.initializers
+    constants = {i: inits[n] for i, n in enumerate(node.inputs) if n and n in inits}
+    if known:
+        constants.update((i, v) for i, v in known.items() if i < len(node.inputs))
     return NodeMeta(
         name=node.name, op_type=node.op_type, domain=node.domain,
-        opset=graph.opset(node.domain), attrs=node.attrs,
-        constants={i: inits[n] for i, n in enumerate(node.inputs) if n and n in inits},
+        opset=graph.opset(node.domain), attrs=node.attrs, constants=constants,
         inputs=tuple(spec(n) for n in node.inputs),
         outputs=tuple(spec(n) for n in node.outputs),
         input_names=node.inputs, output_names=node.outputs)
 
 
+def plan_known(graph: Graph) -> frozenset[str]:
+    """Values a plan may know by value at a shape signature: initializers, ``Constant``
+    outputs, ``Shape`` / ``Size`` outputs and what foldable ops compute from those alone.
+
+    A prediction made at load, without shapes: the planner's folding decides at each
+    signature (:mod:`onnx_ep.core.folding`); a kernel that needs such a value is asked again
+    there with the value in :attr:`NodeMeta.constants`.
+    """
+    from onnx_ep.core.folding import FOLDABLE
+    known = set(graph.initializers)
+    for node in graph.nodes:
+        if node.subgraphs or node.domain not in ("", "ai.onnx"):
+            continue
+        if node.op_type in ("Constant", "Shape", "Size") or (
+                node.op_type in FOLDABLE and all(not n or n in known for n in node.inputs)):
+            known.update(o for o in node.outputs if o)
+    return frozenset(known)
+
+
+def undecided(meta: NodeMeta, known: frozenset[str] = frozenset()) -> bool:
+    """True when a kernel's answer for ``meta`` could change once a signature is planned: an
+    input or output has no spec or a symbolic dim, or an input's value is not a constant
+    yet but may be known then (``known``, see :func:`plan_known`)."""
+    for i, (name, spec) in enumerate(zip(meta.input_names, meta.inputs)):
+        if name and (spec is None or not spec.is_static
+                     or (i not in meta.constants and name in known)):
+            return True
+    return any(name and (spec is None or not spec.is_static)
+               for name, spec in zip(meta.output_names, meta.outputs))
+
+
 def place(graph: Graph, registry: KernelRegistry, providers: Sequence[str],
-          host_only: frozenset[str] = frozenset()) -> Placement:
+          host_only: frozenset[str] = frozenset(),
+          promoted: frozenset[str] = frozenset()) -> Placement:
     """Choose a provider and kernel for every node of ``graph``.
 
     :param host_only: names of nodes that must run on a host provider (the planner
         sends back nodes a device cannot size at some shape signature).
+    :param promoted: names of deferred nodes (:attr:`PlacedNode.deferred`) whose device
+        kernel accepted them at some signature: they go to that device, unbound.
     :raises NoKernelError: for a node no listed provider can run.
     """
     host_providers = [p for p in providers if registry.providers[p].device == HOST]
@@ -149,23 +202,42 @@ def place(graph: Graph, registry: KernelRegistry, providers: Sequence[str],
             device_of[dst] = device
         return copies[key]
 
+    known = plan_known(graph) if host_providers else frozenset()
     for node in graph.nodes:
         meta = node_meta(node, graph)
         sel = registry.select(meta, host_providers if node.name in host_only else providers)
-        prov = registry.providers[sel.provider]
+        declined = [(p, why) for p, why in sel.passed_over
+                    if registry.providers[p].device != HOST]
+        on_host = registry.providers[sel.provider].device == HOST
+        # a device kernel that declined with part of the meta unknown is asked again per
+        # signature; only where a host provider can run the node meanwhile (a strict,
+        # device-only session still refuses at load)
+        deferred = next((p for p, why in declined if why.startswith("rejected:")), "") if (
+            on_host and declined and not node.subgraphs and node.name not in host_only
+            and undecided(meta, known)) else ""
+        entry = registry.kernel_for(deferred, meta.domain, meta.op_type, meta.opset) \
+            if deferred else None
+        if entry is not None and node.name in promoted:
+            provider, kernel = deferred, entry.kernel
+        else:
+            provider = sel.provider
+            kernel = bind_kernel(sel.kernel, meta)
+        prov = registry.providers[provider]
         inputs = tuple(on(n, prov.device) for n in node.inputs)
         # subgraphs run on the host, so the values they read from this scope must be there
         implicit = tuple(on(n, HOST) for n in node.implicit_inputs)
-        kernel = bind_kernel(sel.kernel, meta)
-        declined = [(p, why) for p, why in sel.passed_over
-                    if registry.providers[p].device != HOST]
         if prov.device == HOST and declined:
             fallbacks.append((node.name, f"{node.domain or 'ai.onnx'}::{node.op_type}",
-                              sel.provider, "; ".join(f"{p}: {why}" for p, why in declined)))
-        steps.append(PlacedNode(node, meta, sel.provider, prov.device, kernel, inputs,
-                                implicit))
+                              sel.provider, "; ".join(f"{p}: {why}" for p, why in declined)
+                              + (" (asked again at each signature)" if deferred else "")))
+        steps.append(PlacedNode(node, meta, provider, prov.device, kernel, inputs,
+                                implicit, deferred=deferred,
+                                deferred_kernel=entry.kernel if entry is not None else None,
+                                promoted=provider != sel.provider))
         for o in node.outputs:
             if o:
                 device_of[o] = prov.device
     outputs = {v.name: on(v.name, HOST) for v in graph.outputs}
-    return Placement(feeds + steps, uploads, outputs, fallbacks)
+    deferred_to = {registry.providers[s.deferred].device for s in steps
+                   if isinstance(s, PlacedNode) and s.deferred}
+    return Placement(feeds + steps, uploads, outputs, fallbacks, deferred_to)

@@ -19,17 +19,20 @@ import onnx
 
 from onnx_ep.core.arena import ARENA_ALIGNMENT, ArenaPlan, plan_arena
 from onnx_ep.core.folding import Folded, FoldedInputs, Folder, HostKernels
-from onnx_ep.core.graph import Graph, infer
+from onnx_ep.core.graph import Graph, infer, infer_node
 from onnx_ep.core.kernel import (
     ExecutionContext,
     NodeMeta,
+    Support,
     TensorSpec,
     WorkspaceLifetime,
     WorkspaceRequirement,
     WorkspaceView,
 )
 from onnx_ep.core.memory import align_up
+from onnx_ep.core.placement import HOST as HOST_DEVICE
 from onnx_ep.core.placement import CopyStep, PlacedNode, Placement, node_meta
+from onnx_ep.core.registry import bind_kernel
 from onnx_ep.errors import KernelContractError
 
 #: a step's kind
@@ -209,8 +212,13 @@ def fast_loop(steps: Sequence[Step], n_slots: int) -> list[tuple[Any, ...]] | No
              st.frees) for st in steps]
 
 
-def specialise(program: Program, folded: Folded) -> Program:
+def specialise(program: Program, folded: Folded,
+               metas: Mapping[int, tuple[NodeMeta, Any]] | None = None) -> Program:
     """``program`` at one signature, the steps in ``folded`` removed.
+
+    ``metas`` gives, by step index, the step's meta at this signature (its
+    :attr:`NodeMeta.constants` hold the values folded here, which a kernel may read at run
+    time through ``ctx.node``) and, for a promoted node, the kernel bound with it.
 
     The shared program is untouched (other signatures run it). The new one shares its
     slots, constants and ``env0`` (so weights placed later reach both). A remaining step
@@ -224,6 +232,13 @@ def specialise(program: Program, folded: Folded) -> Program:
     for i, st in enumerate(program.steps):
         if i in folded.steps:
             continue
+        if metas and i in metas and st.placed is not None and st.ctx is not None:
+            meta, kernel = metas[i]
+            st = attrs.evolve(st, ctx=ExecutionContext(meta, stream=st.ctx.stream,
+                                                       provider=st.ctx.provider))
+            if kernel is not None:
+                st = attrs.evolve(st, call=kernel.execute_with_workspace,
+                                  placed=attrs.evolve(st.placed, kernel=kernel, meta=meta))
         bound = tuple((j, s) for j, s in enumerate(st.in_slots) if s in folded.values)
         if bound:
             values.update((s, folded.values[s]) for _, s in bound)
@@ -357,6 +372,36 @@ class ExecutionPlan:
     #: folded values device steps read, by slot, as host arrays: ``DeviceBinding.bind_plan``
     #: uploads them once into ``program.folded``
     device_constants: dict[int, np.ndarray] = attrs.Factory(dict)
+    #: host nodes deferred at load whose device kernel accepts them at this signature
+    promotable: tuple[str, ...] = ()
+    #: promoted nodes whose device kernel declined them here after all, with the reason
+    declined: dict[str, str] = attrs.Factory(dict)
+    #: deferred nodes that run on their device at this signature
+    promoted: tuple[str, ...] = ()
+    #: device nodes sent back to the host at this signature, with the reason
+    sent_back: dict[str, str] = attrs.Factory(dict)
+
+    def nodes(self) -> dict[str, Any]:
+        """Where this plan's nodes run: the count per provider (nodes folded away at this
+        signature under ``folded``), the nodes promoted to their device here, and on a
+        device session every node left on the host with why (the device's reason at load,
+        or why this signature sent it back)."""
+        by: dict[str, int] = {}
+        why = {n: (op, r) for n, op, _, r in self.program.placement.fallbacks}
+        host: list[dict[str, str]] = []
+        for st in self.program.steps:
+            p = st.placed
+            if p is None:
+                continue
+            by[p.provider] = by.get(p.provider, 0) + 1
+            name = p.node.name
+            if p.device == HOST_DEVICE and (name in why or name in self.sent_back):
+                op = f"{p.node.domain or 'ai.onnx'}::{p.node.op_type}"
+                host.append({"node": name, "op": op, "provider": p.provider,
+                             "reason": self.sent_back.get(name) or why[name][1]})
+        return {"by_provider": by, "folded": sum(1 for n in self.folded.names
+                                                  if not n.startswith("copy:")),
+                "promoted": list(self.promoted), "host": host}
 
     def copies(self) -> dict[str, dict[str, int]]:
         """The copies between host and device a run of this plan makes, by direction
@@ -424,6 +469,9 @@ def plan_signature(program: Program, signature: tuple[Any, ...],
     graph = program.graph
     folder = Folder(program, host_kernels)
     per_step: list[WorkspaceRequirement] = []
+    metas: dict[int, tuple[NodeMeta, Any]] = {}    # step -> its meta here, rebound kernel
+    promotable: list[str] = []
+    declined: dict[str, str] = {}
     for i, st in enumerate(program.steps):
         if st.placed is None:
             if st.copy is not None:                   # a copy keeps its source's spec
@@ -433,26 +481,52 @@ def plan_signature(program: Program, signature: tuple[Any, ...],
             continue
         if folder.visit(i, st, specs):
             continue
-        meta = node_meta(st.placed.node, graph, specs)
-        infer = getattr(st.placed.kernel, "infer_outputs", None)
-        if (infer is not None and any(o is None or not o.is_static for o in meta.outputs)
-                and all(s is not None and s.is_static
-                        for n, s in zip(meta.input_names, meta.inputs) if n)):
-            # onnx inference could not size these outputs: the kernel can, from sized inputs
-            for name, spec in zip(st.placed.node.outputs, infer(meta)):
+        placed = st.placed
+        # the values this plan knows that the graph's initializers did not: what onnx
+        # inference and the placement's meta could not see (a folded axes, a shape)
+        known = {j: folder.known[s] for j, s in enumerate(st.in_slots)
+                 if s >= 0 and s in folder.known
+                 and placed.node.inputs[j] not in graph.initializers}
+        meta = node_meta(placed.node, graph, specs, known)
+        kernel = placed.kernel
+        if placed.promoted:
+            verdict = _supports(kernel, meta)
+            if not verdict:
+                declined[placed.node.name] = verdict.reason
+                per_step.append(WorkspaceRequirement.NONE)
+                continue
+            kernel = bind_kernel(kernel, meta)
+        if (any(o is None or not o.is_static for n, o in zip(meta.output_names, meta.outputs)
+                if n) and all(s is not None and s.is_static
+                              for n, s in zip(meta.input_names, meta.inputs) if n)):
+            # onnx inference could not size these outputs: the kernel can, from sized inputs,
+            # else onnx's inference of this node alone, now that its inputs are sized
+            infer = getattr(kernel, "infer_outputs", None)
+            got = list(infer(meta)) if infer is not None else []
+            if len(got) < len(meta.outputs) or any(o is None for o in got):
+                alone = infer_node(placed.node, meta.opset, meta.inputs, meta.constants)
+                got = [g if k < len(got) and g is not None else alone[k]
+                       for k, g in enumerate(alone)] if not got else [
+                    g if g is not None else (alone[k] if k < len(alone) else None)
+                    for k, g in enumerate(got)]
+            for name, spec in zip(placed.node.outputs, got):
                 if name and spec is not None and (specs.get(name) is None
                                                   or not specs[name].is_static):
                     specs[name] = spec
-            meta = node_meta(st.placed.node, graph, specs)
-        req = st.placed.kernel.workspace_requirement(meta)
+            meta = node_meta(placed.node, graph, specs, known)
+        if placed.deferred and _supports(placed.deferred_kernel, meta):
+            promotable.append(placed.node.name)
+        if known or placed.promoted:
+            metas[i] = (meta, kernel if placed.promoted else None)
+        req = kernel.workspace_requirement(meta)
         if not isinstance(req, WorkspaceRequirement):
             raise KernelContractError(
-                f"{st.placed.kernel!r}.workspace_requirement() returned "
+                f"{kernel!r}.workspace_requirement() returned "
                 f"{type(req).__name__}, expected WorkspaceRequirement")
         per_step.append(req)
     folded = folder.result()
-    if folded.steps:
-        program = specialise(program, folded)
+    if folded.steps or metas:
+        program = specialise(program, folded, metas)
     step_peak = session_peak = 0
     offsets: list[int] = []
     for req in per_step:
@@ -466,7 +540,17 @@ def plan_signature(program: Program, signature: tuple[Any, ...],
                                        tuple(offsets)),
                          plan_arena(program, specs, device), folded=folded,
                          device_constants={s: v for s, v in program.folded.items()
-                                           if s in folded.device_slots})
+                                           if s in folded.device_slots},
+                         promotable=tuple(promotable), declined=declined)
+
+
+def _supports(kernel: Any, meta: NodeMeta) -> Support:
+    supports = getattr(kernel, "supports", None)
+    verdict = supports(meta) if supports is not None else Support.YES
+    if not isinstance(verdict, Support):
+        raise KernelContractError(f"{kernel!r}.supports() returned {type(verdict).__name__}, "
+                                  f"expected onnx_ep.Support")
+    return verdict
 
 
 def workspace_views(ws: WorkspacePlan, session_view: Any,
@@ -483,48 +567,3 @@ def workspace_views(ws: WorkspacePlan, session_view: Any,
         else:
             views.append(WorkspaceView(step_view(req.nbytes), req.nbytes, req.lifetime))
     return views
-
-
-def plan_with_host_fallback(build: Any, signature: tuple[Any, ...],
-                            specs: dict[str, TensorSpec | None], device: str,
-                            on_fallback: Any = None, *,
-                            host_kernels: HostKernels | None = None) -> ExecutionPlan:
-    """Plan ``build(frozenset())`` at ``signature``; while device nodes cannot be sized, plan
-    ``build(host_only)`` with them moved to the host (moving one can leave a neighbour
-    unsized, so this repeats to a fixed point).
-
-    :param build: ``host_only -> Program``. :param on_fallback: called with the unsized node
-        names before each re-plan (it may raise). :param host_kernels: as
-        :func:`plan_signature`'s.
-    """
-    host_only: frozenset[str] = frozenset()
-    plan = plan_signature(build(host_only), signature, dict(specs), device,
-                          host_kernels=host_kernels)
-    while unsized := unsized_device_steps(plan, device):
-        if on_fallback is not None:
-            on_fallback(unsized)
-        host_only |= frozenset(unsized)
-        plan = plan_signature(build(host_only), signature, dict(specs), device,
-                              host_kernels=host_kernels)
-    return plan
-
-
-def unsized_device_steps(plan: ExecutionPlan, device: str) -> list[str]:
-    """Names of nodes on ``device`` that read or write a value of unknown size here.
-
-    A device needs every buffer's bytes before the run (outputs are pre-bound, inputs
-    arrive through pre-bound copies); the session re-places these nodes on a host
-    provider for this signature.
-    """
-    name_of = {s: n for n, s in plan.program.slot_of.items()}
-    constants = {c for c, _ in plan.program.constants}   # uploaded: sized by construction
-
-    def unsized(s: int) -> bool:
-        if s < 0 or s in constants:
-            return False
-        spec = plan.specs.get(name_of[s])
-        return spec is None or not spec.is_static
-
-    return [st.placed.node.name for st in plan.program.steps
-            if st.placed is not None and st.placed.device == device
-            and any(unsized(s) for s in (*st.in_slots, *st.out_slots))]

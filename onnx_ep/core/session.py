@@ -40,11 +40,11 @@ from onnx_ep.core.planner import (
     build_program,
     infer_specs,
     plan_signature,
-    plan_with_host_fallback,
     program_io,
     workspace_views,
 )
 from onnx_ep.core.plugin_manager import plugins_for, resolve_providers, selection, with_fallback
+from onnx_ep.core.settling import fallback_reporter, plan_with_host_fallback
 from onnx_ep.core.tensor import HOLDER as TENSOR_HOLDER
 from onnx_ep.core.tensor import HOST, IOBinding, Tensor, device_type
 from onnx_ep.errors import FeedError, OnnxEpWarning, PlanError
@@ -97,7 +97,7 @@ class Session:
         self._host_kernels = HostKernels(self._plugins.registry, self._providers)
         self.holder = f"session-{next(_session_ids)}"
         self._device: DeviceBinding | None = None
-        self._programs: dict[frozenset[str], Program] = {}
+        self._programs: dict[tuple[frozenset[str], frozenset[str]], Program] = {}
         self._program: Program = self._build_program()
         self._last_program: Program | None = None
         self._plans: dict[tuple[Any, ...], ExecutionPlan] = {}
@@ -125,17 +125,19 @@ class Session:
                  "on" if self.memory_policy.streams else "off", strategy_name(self._admission))
         self._notify("onnx_ep_session_created", session=self)
 
-    def _build_program(self, host_only: frozenset[str] = frozenset()) -> Program:
+    def _build_program(self, host_only: frozenset[str] = frozenset(),
+                       promoted: frozenset[str] = frozenset()) -> Program:
         """Place the graph; bind a device (stream, uploaded weights) when a step runs on one.
 
-        :param host_only: nodes to keep on host providers (see :meth:`_plan`); programs
-            are cached per such set, and the device binding is shared by all of them.
+        :param host_only, promoted: nodes to keep on host providers, deferred nodes to put
+            on their device (see :meth:`_plan`); programs are cached per such pair, and the
+            device binding is shared by all of them.
         """
-        prog = self._programs.get(host_only)
+        prog = self._programs.get((host_only, promoted))
         if prog is not None:
             return prog
         reg = self._plugins.registry
-        placement = place(self._graph, reg, self._providers, host_only)
+        placement = place(self._graph, reg, self._providers, host_only, promoted)
         for node, op, prov, why in placement.fallbacks:
             log.info("%s: node %r (%s) falls back to %s: %s", self.holder, node, op, prov, why)
         devices = placement.devices
@@ -163,7 +165,7 @@ class Session:
             prog = build_program(self._graph, placement, streams={dev: self._device.stream},
                                  runtimes={dev: self._device.runtime}, device_constants=consts)
             self._device.adopt(prog)     # placed weights, once the memory policy placed them
-        self._programs[host_only] = prog
+        self._programs[(host_only, promoted)] = prog
         return prog
 
     # ---------------------------------------------------------------- memory
@@ -242,7 +244,8 @@ class Session:
                   "activation_naive_bytes": p.arena.naive_bytes,
                   "activation_live_peak_bytes": p.arena.live_peak_bytes,
                   "workspace_step_bytes": p.workspace.step_peak,
-                  "workspace_session_bytes": p.workspace.session_peak, "copies": p.copies()}
+                  "workspace_session_bytes": p.workspace.session_peak, "copies": p.copies(),
+                  "nodes": p.nodes()}
                  for p in list(self._plans.values())]
         return {"holder": self.holder, "device": self._authority.device,
                 "budget": self._authority.budget, "committed": self._authority.committed,
@@ -476,21 +479,12 @@ class Session:
                 plan = plan_signature(self._program, signature, dict(specs), dev,
                                       host_kernels=self._host_kernels)
             else:
-                def fallback(unsized: list[str]) -> None:
-                    if not self._executor.host_providers:
-                        raise PlanError(
-                            f"node(s) {', '.join(map(repr, unsized[:5]))} on {device.device}: "
-                            f"an input or output size is unknown at plan time for inputs "
-                            f"{signature_text(signature)} (it depends on values computed on the "
-                            f"device), and no host provider is listed to run them; add "
-                            f"'cpu_reference' to providers=")
-                    log.info("signature %s: node(s) %s fall back to the host: sizes unknown "
-                             "at plan time", signature, unsized[:5])
-
                 # nodes the device cannot size at this signature run on the host instead
-                plan = plan_with_host_fallback(self._build_program, signature, specs,
-                                               device.device, fallback,
-                                               host_kernels=self._host_kernels)
+                plan = plan_with_host_fallback(
+                    self._build_program, signature, specs, device.device,
+                    fallback_reporter(device.device, signature_text(signature),
+                                      bool(self._executor.host_providers)),
+                    host_kernels=self._host_kernels)
                 self._capture.check_plan(plan, device)
                 # a device plan holds its arena and workspaces for the session's life: admit
                 # the whole of it now, before any run uses it

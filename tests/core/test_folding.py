@@ -11,7 +11,8 @@ import onnx_ep
 from onnx_ep import Parity, SessionOptions
 from onnx_ep.core import folding
 from onnx_ep.core.folding import HostKernels
-from onnx_ep.core.planner import infer_specs, plan_with_host_fallback
+from onnx_ep.core.planner import infer_specs
+from onnx_ep.core.settling import plan_with_host_fallback
 from tests.helpers.fake_device import FakeDevicePlugin, FakeKernel
 from tests.helpers.oracle import ORACLE_IR_VERSION
 
