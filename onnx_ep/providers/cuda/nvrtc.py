@@ -1,14 +1,22 @@
-"""NVRTC compilation of the ``kernels/*.cu`` sources to cubin, with an on-disk cache.
+"""NVRTC compilation of the ``kernels/*.cu`` sources to cubin: prebuilt cubins, a disk cache.
 
 Sources compile straight to SASS for the device (``-arch=sm_90``): a cubin loads in a
 fraction of a millisecond, while PTX would add ~100 ms of driver JIT per module at every
-process start. Cubins are cached in ``~/.cache/onnx_ep/cubin`` (``$ONNX_EP_CACHE_DIR/cubin``
-when set), keyed by sha256 of the source, the headers next to it (every ``ep_*.cuh``), the
-options, the architecture, the driver version and the NVRTC version, so any change
-recompiles and nothing stale is ever loaded.
+process start. :func:`get_module` finds a source's cubin in this order:
 
-:func:`compile_stats` counts compiles and cache hits for the benchmark's
-cold / warm start measurement. Failures raise :exc:`onnx_ep.errors.NvrtcError`
+1. the module already loaded on this device in this process;
+2. a **prebuilt** cubin shipped in the wheel (``prebuilt/``, made by the packaging step
+   ``scripts/build_cubins.py``), named by :func:`prebuilt_key`: source, local headers,
+   options without include paths, and architecture. One whose key does not match the
+   current source is never loaded; one the driver refuses (a driver older than the NVRTC
+   that built it) is counted and skipped. ``ONNX_EP_PREBUILT=0`` turns this step off;
+3. the disk cache, ``~/.cache/onnx_ep/cubin`` (``$ONNX_EP_CACHE_DIR/cubin`` when set),
+   keyed by :func:`cache_key`: the above plus the driver and NVRTC versions, so any change
+   recompiles and nothing stale is ever loaded;
+4. NVRTC, storing the result in the disk cache.
+
+:func:`compile_stats` counts compiles, prebuilt and cache hits for the first-run
+benchmark (``benchmarks/first_run.py``). Failures raise :exc:`onnx_ep.errors.NvrtcError`
 with the compiler log attached.
 """
 
@@ -16,6 +24,8 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import json
+import logging
 import os
 import site
 import sys
@@ -28,7 +38,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from onnx_ep.errors import NvrtcError
+from onnx_ep.errors import CudaError, NvrtcError
 
 #: where the ``.cu`` family sources live
 KERNELS_DIR = Path(__file__).resolve().parent / "kernels"
@@ -36,12 +46,30 @@ KERNELS_DIR = Path(__file__).resolve().parent / "kernels"
 DEFAULT_OPTIONS: tuple[str, ...] = ("--std=c++17", "--fmad=false")
 #: environment variable that moves the cache root (cubins go to ``<root>/cubin``)
 CACHE_ENV = "ONNX_EP_CACHE_DIR"
+#: where the packaging step (``scripts/build_cubins.py``) puts the cubins the wheel ships
+PREBUILT_DIR = Path(__file__).resolve().parent / "prebuilt"
+#: the prebuilt cubins' index, in :data:`PREBUILT_DIR`: ``{"format": 1, "cubins": {file:
+#: {"source", "arch", "key", "nvrtc", "bytes"}}}``; a cubin it does not list is not used
+PREBUILT_MANIFEST = "manifest.json"
+#: environment variable: ``0`` ignores the prebuilt cubins (to measure a cold compile)
+PREBUILT_ENV = "ONNX_EP_PREBUILT"
 _HEADER_SUFFIXES = (".cuh", ".h", ".hpp")
+_INCLUDE_OPTIONS = ("-I", "--include-path")
+#: what the driver answers for a cubin it cannot run (made by a newer NVRTC than it knows,
+#: or for another device); a prebuilt cubin refused so falls back to the compile path
+_REFUSED_IMAGE_ERRORS = frozenset({
+    "CUDA_ERROR_UNSUPPORTED_PTX_VERSION", "CUDA_ERROR_INVALID_IMAGE",
+    "CUDA_ERROR_NO_BINARY_FOR_GPU", "CUDA_ERROR_INVALID_PTX", "CUDA_ERROR_INVALID_SOURCE",
+})
 
+_log = logging.getLogger("onnx_ep")
 _lock = threading.RLock()
 _functions: dict[tuple[str, str, tuple[str, ...], int], Any] = {}
-_modules: dict[tuple[str, int], Any] = {}   # (cache key, device ordinal) -> launch.Module
-_stats = {"compiles": 0, "cache_hits": 0, "loads": 0, "compile_seconds": 0.0}
+_modules: dict[tuple[str, int], Any] = {}   # (prebuilt key, device ordinal) -> launch.Module
+_refused_archs: set[str] = set()            # archs whose prebuilt cubins the driver refused
+_manifest_cache: tuple[tuple[str, int, int], dict[str, dict[str, Any]]] | None = None
+_stats = {"compiles": 0, "cache_hits": 0, "prebuilt_hits": 0, "prebuilt_refused": 0,
+          "loads": 0, "compile_seconds": 0.0}
 
 
 def nvrtc() -> ModuleType:
@@ -54,7 +82,9 @@ def nvrtc() -> ModuleType:
 def compile_stats() -> dict[str, float]:
     """Counters since the last :func:`reset_compile_stats`.
 
-    ``compiles``: NVRTC runs; ``cache_hits``: cubins read from disk instead;
+    ``compiles``: NVRTC runs; ``cache_hits``: cubins read from the disk cache instead;
+    ``prebuilt_hits``: modules loaded from a prebuilt cubin; ``prebuilt_refused``: prebuilt
+    cubins the driver would not load (the source then took the disk cache / compile path);
     ``loads``: modules loaded into a context; ``compile_seconds``: NVRTC time.
     """
     with _lock:
@@ -68,13 +98,15 @@ def reset_compile_stats() -> None:
 
 
 def clear_memory_cache() -> None:
-    """Forget loaded modules and functions of this process (the disk cache stays).
+    """Forget loaded modules and functions of this process (the disk cache stays), and
+    which architectures' prebuilt cubins the driver refused.
 
     For the benchmark's warm-start measurement; modules stay loaded in the context.
     """
     with _lock:
         _functions.clear()
         _modules.clear()
+        _refused_archs.clear()
 
 
 # ---------------------------------------------------------------- paths and keys
@@ -157,28 +189,55 @@ def local_headers() -> dict[str, bytes]:
             if p.suffix in _HEADER_SUFFIXES and p.is_file()}
 
 
+def _digest(fields: Iterable[tuple[str, bytes]]) -> str:
+    h = hashlib.sha256()
+    for tag, data in fields:
+        # length-prefixed fields, so ("ab", "c") and ("a", "bc") never collide
+        h.update(tag.encode() + len(data).to_bytes(8, "little") + data)
+    return h.hexdigest()
+
+
 def cache_key(source_text: str, options: Sequence[str], arch: str, driver_version: int,
               nvrtc_version: tuple[int, int], headers: dict[str, bytes] | None = None) -> str:
-    """sha256 hex digest naming a cubin: equal keys mean interchangeable cubins.
+    """sha256 hex digest naming a cubin in the disk cache: equal keys mean interchangeable
+    cubins.
 
     Include-directory options name paths, not contents; the NVRTC version
     stands in for the CUDA headers and ``headers`` for the local ones.
     """
-    h = hashlib.sha256()
+    return _digest([
+        ("source", source_text.encode()),
+        *(("option", opt.encode()) for opt in options),
+        ("arch", arch.encode()),
+        ("driver", str(int(driver_version)).encode()),
+        ("nvrtc", f"{nvrtc_version[0]}.{nvrtc_version[1]}".encode()),
+        *(("header:" + name, data) for name, data in sorted((headers or {}).items())),
+    ])
 
-    def put(tag: str, data: bytes) -> None:
-        # length-prefixed fields, so ("ab", "c") and ("a", "bc") never collide
-        h.update(tag.encode() + len(data).to_bytes(8, "little") + data)
 
-    put("source", source_text.encode())
-    for opt in options:
-        put("option", opt.encode())
-    put("arch", arch.encode())
-    put("driver", str(int(driver_version)).encode())
-    put("nvrtc", f"{nvrtc_version[0]}.{nvrtc_version[1]}".encode())
-    for name, data in sorted((headers or {}).items()):
-        put("header:" + name, data)
-    return h.hexdigest()
+def portable_options(options: Sequence[str]) -> tuple[str, ...]:
+    """``options`` without the include-directory ones (``-I<dir>``, ``--include-path=<dir>``):
+    those name paths of the machine that compiles, not what is compiled."""
+    return tuple(o for o in options if not o.startswith(_INCLUDE_OPTIONS))
+
+
+def prebuilt_key(source_text: str, options: Sequence[str], arch: str,
+                 headers: dict[str, bytes] | None = None) -> str:
+    """sha256 hex digest naming a prebuilt cubin: what determines its code and nothing else.
+
+    The source, the local ``headers`` (every ``ep_*.cuh``), the options less their include
+    paths (:func:`portable_options`; the build machine's paths are not the user's) and the
+    architecture. Not the driver version, which a cubin does not depend on (whether this
+    driver can load it is asked of the driver), nor the NVRTC version, which the manifest
+    records: a cubin from any NVRTC is valid code for its architecture.
+    """
+    return _digest([
+        ("prebuilt", b"1"),
+        ("source", source_text.encode()),
+        *(("option", opt.encode()) for opt in portable_options(options)),
+        ("arch", arch.encode()),
+        *(("header:" + name, data) for name, data in sorted((headers or {}).items())),
+    ])
 
 
 def nvrtc_version() -> tuple[int, int]:
@@ -290,10 +349,118 @@ def _store(path: Path, data: bytes) -> None:
         warnings.warn(f"could not write cubin cache {path}: {e}", OnnxEpWarning, stacklevel=3)
 
 
+# ---------------------------------------------------------------- prebuilt cubins
+
+def prebuilt_enabled() -> bool:
+    """False when :data:`PREBUILT_ENV` is ``0`` (or ``false``, ``no``, ``off``)."""
+    return os.environ.get(PREBUILT_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def prebuilt_file(name: str, arch: str, key: str) -> str:
+    """File name, in :data:`PREBUILT_DIR`, of the cubin of ``kernels/<name>`` for ``arch``
+    whose :func:`prebuilt_key` is ``key``."""
+    return f"{Path(name).stem}-{arch}-{key[:32]}.cubin"
+
+
+def prebuilt_manifest() -> dict[str, dict[str, Any]]:
+    """``{file name: entry}`` from :data:`PREBUILT_MANIFEST`; empty when there is none (a
+    source checkout) or it cannot be read (logged). Read again only when the file changes."""
+    global _manifest_cache
+    path = PREBUILT_DIR / PREBUILT_MANIFEST
+    try:
+        st = path.stat()
+    except OSError:
+        return {}
+    stamp = (str(path), st.st_mtime_ns, st.st_size)
+    with _lock:
+        if _manifest_cache is not None and _manifest_cache[0] == stamp:
+            return _manifest_cache[1]
+        try:
+            data = json.loads(path.read_text())
+            cubins = data["cubins"] if data["format"] == 1 else {}
+            if not isinstance(cubins, dict):
+                raise TypeError(f"'cubins' is a {type(cubins).__name__}, not an object")
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            _log.warning("ignoring the prebuilt cubins: cannot read %s (%s: %s)",
+                         path, type(e).__name__, e)
+            cubins = {}
+        _manifest_cache = (stamp, cubins)
+        return cubins
+
+
+def _driver_can_load(entry: dict[str, Any], driver_version: int) -> bool:
+    # a cubin from NVRTC 13.x needs a 13.x driver; within a major version the driver decides
+    # (a refusal falls back at load time), but across one precompile must not count on it
+    try:
+        major = int(str(entry["nvrtc"]).split(".")[0])
+    except (KeyError, ValueError):
+        return True
+    return int(driver_version) // 1000 >= major
+
+
+def prebuilt_path(name: str, arch: str, key: str, driver_version: int) -> Path | None:
+    """The shipped cubin of ``kernels/<name>`` for ``arch`` with :func:`prebuilt_key`
+    ``key``, or None: prebuilt cubins are off (``ONNX_EP_PREBUILT=0``), the manifest lists
+    none under this key (a stale cubin is never returned), the driver refused this arch's
+    cubins earlier in this process, or it is older than the NVRTC major version that
+    built it."""
+    if arch in _refused_archs or not prebuilt_enabled():
+        return None
+    file = prebuilt_file(name, arch, key)
+    entry = prebuilt_manifest().get(file)
+    if not isinstance(entry, dict) or entry.get("key") != key or entry.get("arch") != arch:
+        return None
+    if not _driver_can_load(entry, driver_version):
+        return None
+    path = PREBUILT_DIR / file
+    return path if path.is_file() else None
+
+
+def prebuilt_cubin(name: str, arch: str, key: str, driver_version: int) -> bytes | None:
+    """The bytes at :func:`prebuilt_path`, or None (also for a file that is not the ELF
+    of the size its manifest entry records)."""
+    path = prebuilt_path(name, arch, key, driver_version)
+    if path is None:
+        return None
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    expected = prebuilt_manifest().get(path.name, {}).get("bytes")
+    if data[:4] != b"\x7fELF" or (expected is not None and expected != len(data)):
+        return None
+    return data
+
+
+def _load_prebuilt(source: str, arch: str, key: str, driver_version: int) -> Any | None:
+    """Load the prebuilt cubin of ``source`` into the current context, or None when there
+    is none or the driver refuses it (counted; the arch's cubins are then skipped)."""
+    from onnx_ep.providers.cuda import launch
+
+    cubin = prebuilt_cubin(f"{source}.cu", arch, key, driver_version)
+    if cubin is None:
+        return None
+    try:
+        module = launch.load_module(cubin)
+    except CudaError as e:
+        if e.error_name not in _REFUSED_IMAGE_ERRORS:
+            raise
+        # the driver would refuse every cubin of that build: ask it once per process
+        _refused_archs.add(arch)
+        _stats["prebuilt_refused"] += 1
+        _log.warning("the CUDA driver (%d) refused the prebuilt %s cubin of %s.cu (%s); "
+                     "this process compiles its %s kernels with NVRTC instead. Update the "
+                     "driver, or set %s=0 to skip the attempt", int(driver_version), arch,
+                     source, e.error_name, arch, PREBUILT_ENV)
+        return None
+    _stats["prebuilt_hits"] += 1
+    return module
+
+
 def precompile(sources: Iterable[str], arch: str, driver_version: int,
                options: Sequence[str] = (), workers: int | None = None) -> list[str]:
     """Compile, in parallel threads, the cubins of ``kernels/<source>.cu`` for ``arch`` that
-    the disk cache lacks; the sources compiled, in order.
+    neither the prebuilt cubins nor the disk cache have; the sources compiled, in order.
 
     A session's kernels otherwise compile one family at a time as each first launches, and a
     cold first run waits for the sum of them; NVRTC runs outside the GIL, so here it waits
@@ -302,13 +469,19 @@ def precompile(sources: Iterable[str], arch: str, driver_version: int,
     """
     opts = full_options(arch, options)
     headers = local_headers()
+    version: tuple[int, int] | None = None   # NVRTC is asked only when something compiles
     todo: list[tuple[str, str, str]] = []
     for source in sorted(set(sources)):
         try:
             text = source_path(source).read_text()
         except FileNotFoundError:
             continue
-        key = cache_key(text, opts, arch, driver_version, nvrtc_version(), headers)
+        pkey = prebuilt_key(text, opts, arch, headers)
+        if prebuilt_path(f"{source}.cu", arch, pkey, driver_version) is not None:
+            continue
+        if version is None:
+            version = nvrtc_version()
+        key = cache_key(text, opts, arch, driver_version, version, headers)
         if not cubin_path(f"{source}.cu", arch, key).is_file():
             todo.append((source, text, key))
     if not todo:
@@ -342,25 +515,34 @@ def source_path(source: str) -> Path:
 def get_module(source: str, device: Any, options: Sequence[str] = ()) -> Any:
     """The loaded :class:`~onnx_ep.providers.cuda.launch.Module` of ``kernels/<source>.cu``.
 
-    Compiled once per (source, options, arch, versions) across processes (disk
-    cache) and loaded once per process and device.
+    Loaded once per process and device, from the first of: a prebuilt cubin for the
+    device's arch and this source's :func:`prebuilt_key`, the disk cache, an NVRTC compile
+    (stored in the disk cache).
+
+    :raises NvrtcError: the source does not compile (log attached).
     """
     from onnx_ep.providers.cuda import driver as cuda_driver
     from onnx_ep.providers.cuda import launch
 
     text = source_path(source).read_text()
-    opts = full_options(device.arch, options)
-    driver = cuda_driver.driver_version()
-    key = cache_key(text, opts, device.arch, driver, nvrtc_version(), local_headers())
+    arch = device.arch
+    opts = full_options(arch, options)
+    headers = local_headers()
+    pkey = prebuilt_key(text, opts, arch, headers)
     with _lock:
-        # a module already loaded on this device is reused without touching the disk
-        # cache: only the first symbol of a source reads (or compiles) its cubin
-        mkey = (key, device.ordinal)
+        # a module already loaded on this device is reused without touching the disk:
+        # only the first symbol of a source reads (or compiles) its cubin
+        mkey = (pkey, device.ordinal)
         module = _modules.get(mkey)
         if module is None:
-            cubin, _ = cached_cubin(text, f"{source}.cu", opts, device.arch, driver, key=key)
             device.set_current()
-            module = _modules[mkey] = launch.load_module(cubin)
+            driver = cuda_driver.driver_version()
+            module = _load_prebuilt(source, arch, pkey, driver)
+            if module is None:
+                key = cache_key(text, opts, arch, driver, nvrtc_version(), headers)
+                cubin, _ = cached_cubin(text, f"{source}.cu", opts, arch, driver, key=key)
+                module = launch.load_module(cubin)
+            _modules[mkey] = module
             _stats["loads"] += 1
         return module
 

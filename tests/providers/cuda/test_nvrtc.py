@@ -1,4 +1,5 @@
-"""providers/cuda/nvrtc.py: cache keys, the disk cache, include paths, compile errors, cold/warm starts."""
+"""providers/cuda/nvrtc.py: cache keys, the disk cache, include paths, compile errors,
+cold/warm starts (the prebuilt cubins: tests/providers/test_prebuilt.py)."""
 
 from __future__ import annotations
 
@@ -114,6 +115,7 @@ def test_a_loaded_module_serves_every_symbol_without_reading_the_disk_cache(
             pass
 
     monkeypatch.setenv(nvrtc.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(nvrtc.PREBUILT_ENV, "0")      # the compile path, not a shipped cubin
     monkeypatch.setattr(nvrtc, "nvrtc_version", lambda: (13, 0))
     compiled: list[str] = []
 
@@ -148,7 +150,8 @@ def test_program_buffers_are_private_and_at_least_two_bytes() -> None:
         return (0,)
 
     assert nvrtc._read_bytes(getter, None, 1) == b"\0"
-    assert len(seen[0]) >= 2 and seen[0] is not b"\0"
+    # bytes([0]) is CPython's shared one-byte object, which NVRTC must never write into
+    assert len(seen[0]) >= 2 and seen[0] is not bytes([0])
 
 
 # ---------------------------------------------------------------- GPU
@@ -156,7 +159,9 @@ def test_program_buffers_are_private_and_at_least_two_bytes() -> None:
 
 @pytest.fixture
 def fresh_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """An empty disk cache, with the prebuilt cubins off: these tests count compiles."""
     monkeypatch.setenv(nvrtc.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(nvrtc.PREBUILT_ENV, "0")
     nvrtc.clear_memory_cache()
     yield tmp_path
     nvrtc.clear_memory_cache()
