@@ -1,6 +1,6 @@
-"""GPU parity of the CUDA indexing family (Pad, GatherElements, ScatterElements, Scatter,
-ScatterND, CumSum, CumProd, TopK, Dropout, ReverseSequence, DepthToSpace, SpaceToDepth)
-against cpu_reference: exact bytes. ``providers=["cuda"]`` only, so a node the device
+"""GPU parity of the CUDA indexing family (Pad, GatherElements, GatherND, ScatterElements,
+Scatter, ScatterND, CumSum, CumProd, TopK, Dropout, ReverseSequence, DepthToSpace,
+SpaceToDepth) against cpu_reference: exact bytes. ``providers=["cuda"]`` only, so a node the device
 could not run or size fails instead of silently running on the host. Index tensors that
 do not decide a shape are graph inputs (read by the kernels on the device).
 
@@ -64,6 +64,75 @@ def test_gather_elements_reads_indices_on_the_device(cuda_device, dtype, axis, i
     idx = rng.integers(-dim, dim, size=shape).astype(index_dtype)
     feeds = {"x": x, "i": idx}
     check(model("GatherElements", feeds, {"axis": axis}, opset=13), feeds, EXACT)
+
+
+# ---------------------------------------------------------------- GatherND
+
+def _nd_indices(rng, data_shape, indices_shape, b):
+    """Valid GatherND indices, about half of them negative."""
+    m = indices_shape[-1]
+    dims = np.array(data_shape[b:b + m], np.int64).reshape((1,) * (len(indices_shape) - 1)
+                                                            + (m,))
+    idx = rng.integers(0, 1 << 20, size=indices_shape) % np.maximum(dims, 1)
+    return np.where(rng.integers(0, 2, size=indices_shape).astype(bool), idx - dims,
+                    idx).astype(np.int64)
+
+
+GATHER_ND = [
+    # data shape, indices shape, batch_dims
+    ((4, 5, 6), (3, 2), 0),
+    ((4, 5, 6), (2, 3, 3), 0),
+    ((4, 5, 16), (7, 1), 0),                      # 16-element slices: widened copies
+    ((2, 5, 6), (2, 4, 1), 1),
+    ((3, 4, 5, 2), (3, 6, 2), 1),
+    ((2, 3, 4, 8), (2, 3, 5, 1), 2),
+    ((2, 3, 4, 8), (2, 3, 2), 2),
+    ((2, 3, 4), (2, 0, 1), 1),                    # no positions: empty output
+    ((3, 0, 4), (2, 1), 0),                       # empty slices: empty output
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+@pytest.mark.parametrize("data,indices,b", GATHER_ND, ids=str)
+def test_gather_nd_reads_indices_on_the_device(cuda_device, dtype, data, indices, b):
+    rng = np.random.default_rng(len(data) + len(indices) + b)
+    x = random(data, dtype)
+    feeds = {"x": x, "i": _nd_indices(rng, data, indices, b)}
+    check(model("GatherND", feeds, {"batch_dims": b}, opset=13), feeds, EXACT,
+          what=f"GatherND {data} {indices} batch_dims={b}")
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_gather_nd_random_shapes(cuda_device, seed):
+    rng = np.random.default_rng(100 + seed)
+    rank = int(rng.integers(1, 6))
+    data = tuple(int(d) for d in rng.integers(1, 5, size=rank))
+    b = int(rng.integers(0, min(rank, 3)))
+    m = int(rng.integers(1, rank - b + 1))
+    positions = tuple(int(d) for d in rng.integers(1, 4, size=int(rng.integers(0, 3))))
+    indices = data[:b] + positions + (m,)
+    dtype = [F16, F32, np.dtype(np.int64), np.dtype(np.uint8)][seed % 4]
+    x = random(data, dtype, seed)
+    feeds = {"x": x, "i": _nd_indices(rng, data, indices, b)}
+    check(model("GatherND", feeds, {"batch_dims": b} if b else {}, opset=12 + seed % 2),
+          feeds, EXACT, what=f"GatherND {data} {indices} batch_dims={b}")
+
+
+def test_gather_nd_opset_11_and_repeated_runs(cuda_device):
+    from onnx_ep import Session
+
+    x = random((5, 4, 3), F16)
+    rng = np.random.default_rng(3)
+    feeds = {"x": x, "i": _nd_indices(rng, x.shape, (6, 2), 0)}
+    m = model("GatherND", feeds, opset=11)
+    check(m, feeds, EXACT)
+    s = Session(m, providers=["cuda"])
+    first = s.run(None, feeds)[0]
+    for _ in range(3):                            # replayed launches: the same bytes
+        assert s.run(None, feeds)[0].tobytes() == first.tobytes()
+    feeds2 = {"x": x, "i": _nd_indices(rng, x.shape, (6, 2), 0)}
+    fresh = check(m, feeds2, EXACT)[0]                         # a new session, held to cpu
+    assert s.run(None, feeds2)[0].tobytes() == fresh.tobytes()  # new index values are read
 
 
 # ---------------------------------------------------------------- scatters
@@ -161,6 +230,12 @@ def test_dropout_inference_copies_and_masks_true(cuda_device, dtype):
     check(model("Dropout", {"x": x}, consts={"r": np.array(0.25, F32)}, n_outputs=2,
                 opset=13), {"x": x}, EXACT)
     check(model("Dropout", {"x": x}, opset=13), {"x": x}, EXACT)
+
+
+def test_dropout_with_training_mode_known_false_runs_inference(cuda_device):
+    x = random((3, 5), F16)
+    consts = {"r": np.array(0.5, F32), "t": np.array(False)}
+    check(model("Dropout", {"x": x}, consts=consts, n_outputs=2, opset=13), {"x": x}, EXACT)
 
 
 def test_dropout_old_mask_has_the_data_dtype(cuda_device):

@@ -1,6 +1,7 @@
-"""Host-side logic of the CUDA indexing family (no GPU): supports, infer_outputs, the
-constant's bits, the DepthToSpace/SpaceToDepth plan, and numpy replays of the index
-math ``indexing.cu`` runs (Pad's coordinate mapping, TopK's ranks, the scatters'
+"""Host-side logic of the CUDA indexing family (no GPU): supports, infer_outputs (with and
+without the input values the plan knows, ``NodeMeta.constants``), the constant's bits, the
+DepthToSpace/SpaceToDepth plan, and numpy replays of the index math ``indexing.cu`` runs
+(Pad's coordinate mapping, GatherND's widened slices, TopK's ranks, the scatters'
 per-output folds, the scans' order) checked against cpu_reference, so a wrong rule fails
 here before a GPU run.
 """
@@ -8,7 +9,10 @@ here before a GPU run.
 from __future__ import annotations
 
 import itertools
+import re
+from pathlib import Path
 
+import attrs
 import ml_dtypes
 import numpy as np
 import pytest
@@ -28,6 +32,11 @@ KERNELS = by_op(ix.KERNELS)
 def _ctx(op, arrays, opset=21, n_out=1, **attrs):
     specs = [None if a is None else TensorSpec(a.dtype, a.shape) for a in arrays]
     return ExecutionContext(spec_meta(op, specs, opset, n_out, **attrs))
+
+
+def _known(meta, values):
+    """``meta`` with the input values the plan knows, by input position."""
+    return attrs.evolve(meta, constants={i: np.asarray(v) for i, v in values.items()})
 
 
 # ---------------------------------------------------------------- registry, promises
@@ -127,6 +136,19 @@ def test_pad_supports_and_infers():
         ([1, 2], [3, 4])
 
 
+def test_pad_sizes_from_known_pads_and_axes():
+    k = KERNELS["Pad"]
+    x, pads = TensorSpec(F32, (2, 3)), TensorSpec(I64, (4,))
+    meta = _known(spec_meta("Pad", [x, pads]), {1: np.array([1, 0, 2, -1], np.int64)})
+    assert k.infer_outputs(meta) == [TensorSpec(F32, (5, 2))]
+    axes = TensorSpec(np.dtype(np.int32), (1,))
+    with_axes = spec_meta("Pad", [x, TensorSpec(I64, (2,)), None, axes], opset=18)
+    assert k.infer_outputs(_known(with_axes, {1: np.array([2, 3], np.int64)})) == [None]
+    assert k.infer_outputs(_known(with_axes, {1: np.array([2, 3], np.int64),
+                                              3: np.array([-1], np.int32)})) == \
+        [TensorSpec(F32, (2, 8))]
+
+
 # ---------------------------------------------------------------- GatherElements
 
 def test_gather_elements_supports_and_infers():
@@ -137,6 +159,192 @@ def test_gather_elements_supports_and_infers():
     assert not k.supports(spec_meta("GatherElements", [x, TensorSpec(I64, (8,))]))
     assert not k.supports(spec_meta("GatherElements", [x, idx], axis=2))
     assert not k.supports(spec_meta("GatherElements", [x, TensorSpec(F32, (2, 4))]))
+
+
+# ---------------------------------------------------------------- GatherND
+
+def gather_nd_replay(x, idx, b, ptrs=(0, 0)):
+    """What ``gather_nd`` in indexing.cu writes, element by element of the launch's width,
+    from the geometry :func:`indexing.gather_nd_plan` passes it."""
+    out_shape = ix.gather_nd_shape(x.shape, idx.shape, b)
+    w, g, per_batch, batch_stride, inner, n = ix.gather_nd_plan(
+        x.shape, idx.shape, b, x.dtype.itemsize, ptrs)
+    units = np.ascontiguousarray(x).reshape(-1).view(np.uint8).reshape(-1, w) if x.size \
+        else np.zeros((0, w), np.uint8)
+    sizes, strides = g.dims()
+    tuples = idx.reshape(-1).astype(np.int64)
+    y = np.zeros((n, w), np.uint8)
+    for i in range(n):
+        q, c = divmod(i, inner)
+        off = (q // per_batch) * batch_stride + c
+        inside = True
+        for d in range(g.ndim):
+            a = int(tuples[q * g.ndim + d])
+            a = a + sizes[d] if a < 0 else a
+            if not 0 <= a < sizes[d]:
+                inside = False
+                break
+            off += a * strides[d]
+        if inside:
+            y[i] = units[off]
+    return y.reshape(-1).view(x.dtype).reshape(out_shape), w
+
+
+GATHER_ND_CASES = [
+    # data shape, indices shape, batch_dims
+    ((4, 5, 6), (3, 2), 0),
+    ((4, 5, 6), (2, 3, 3), 0),
+    ((4, 5, 6), (7, 1), 0),
+    ((2, 5, 6), (2, 4, 1), 1),
+    ((2, 3, 4, 8), (2, 3, 5, 1), 2),
+    ((2, 3, 4, 8), (2, 3, 2), 2),
+    ((2, 3, 4), (2, 0, 1), 1),                      # no positions: empty output
+    ((3, 0, 4), (2, 1), 0),                         # empty slices: empty output
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, BF16, np.float64, np.int64,
+                                   np.int8, np.bool_])
+@pytest.mark.parametrize("data,indices,b", GATHER_ND_CASES)
+def test_gather_nd_replay_matches_the_reference(dtype, data, indices, b):
+    rng = np.random.default_rng(13)
+    x = rng.integers(-100, 100, data).astype(dtype)
+    m = indices[-1]
+    dims = np.array(data[b:b + m], np.int64).reshape((1,) * (len(indices) - 1) + (m,))
+    idx = (rng.integers(0, 1 << 20, indices) % np.maximum(dims, 1)).astype(np.int64)
+    idx = np.where(rng.integers(0, 2, indices).astype(bool), idx - dims, idx)  # negatives
+    for index_dtype in (np.int64, np.int32):
+        i = idx.astype(index_dtype)
+        ctx = _ctx("GatherND", [x, i], opset=13, batch_dims=b)
+        want = ref_ix.GatherND("GatherND").run(ctx, x, i)
+        got, _ = gather_nd_replay(x, i, b)
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+        spec = KERNELS["GatherND"].infer_outputs(ctx.node)
+        assert spec == [TensorSpec(x.dtype, want.shape)]
+
+
+def test_gather_nd_widens_slices_only_where_they_fit():
+    x = np.arange(2 * 3 * 8, dtype=np.float16).reshape(2, 3, 8)
+    idx = np.array([[1, -1], [0, 2]], np.int64)
+    want = x[[1, 0], [2, 2]]
+    got, w = gather_nd_replay(x, idx, 0)
+    assert w == 16                                   # 8 float16 per slice: one 16-byte word
+    np.testing.assert_array_equal(got, want)
+    got, w = gather_nd_replay(x, idx, 0, ptrs=(0, 4))
+    assert w == 4                                    # a 4-byte aligned output caps it
+    np.testing.assert_array_equal(got, want)
+    odd = np.arange(2 * 3 * 3, dtype=np.float16).reshape(2, 3, 3)
+    assert gather_nd_replay(odd, idx, 0)[1] == 2     # 6-byte slices stay in elements
+    assert ix.gather_nd_plan((4, 5), (3, 2), 0, 4, (0, 0))[0] == 4
+
+
+def test_gather_nd_out_of_range_tuples_write_zeros():
+    x = np.arange(1, 13, dtype=np.int32).reshape(3, 4)
+    idx = np.array([[1, 3], [3, 0], [-4, 0], [-1, -5], [2, -1]], np.int64)
+    got, _ = gather_nd_replay(x, idx, 0)
+    np.testing.assert_array_equal(got, [x[1, 3], 0, 0, 0, x[2, 3]])
+    rows, _ = gather_nd_replay(x, np.array([[5], [-1]], np.int64), 0)
+    np.testing.assert_array_equal(rows, [[0, 0, 0, 0], x[2]])
+
+
+def test_gather_nd_supports_and_infers():
+    k = KERNELS["GatherND"]
+    x, idx = TensorSpec(F32, ("B", 5, 6)), TensorSpec(I64, ("B", 7, 2))
+    meta = spec_meta("GatherND", [x, idx], opset=12, batch_dims=1)
+    assert k.supports(meta)
+    assert k.infer_outputs(meta) == [TensorSpec(F32, ("B", 7))]
+    assert k.infer_outputs(spec_meta("GatherND", [x, idx], opset=12)) == \
+        [TensorSpec(F32, ("B", 7, 6))]
+    assert k.supports(spec_meta("GatherND", [x, TensorSpec(np.dtype(np.int32), (3, 1))]))
+    assert k.bind(meta).parity == Parity.EXACT
+    declined = {
+        "indices' last dim unknown": spec_meta("GatherND", [x, TensorSpec(I64, (3, "m"))]),
+        "float indices": spec_meta("GatherND", [x, TensorSpec(F32, (3, 2))]),
+        "scalar indices": spec_meta("GatherND", [x, TensorSpec(I64, ())]),
+        "batch_dims >= indices rank": spec_meta("GatherND", [x, TensorSpec(I64, (3, 1))],
+                                                batch_dims=2),
+        "negative batch_dims": spec_meta("GatherND", [x, idx], batch_dims=-1),
+        "index deeper than the data": spec_meta("GatherND", [x, TensorSpec(I64, (2, 4))]),
+        "index depth 0": spec_meta("GatherND", [x, TensorSpec(I64, (2, 0))]),
+        "batch dims differ": spec_meta("GatherND", [TensorSpec(F32, (2, 5)),
+                                                    TensorSpec(I64, (3, 1))], batch_dims=1),
+        "rank 9 data": spec_meta("GatherND", [TensorSpec(F32, (1,) * 9), idx]),
+        "string data": spec_meta("GatherND", [TensorSpec(np.dtype(object), (2,)), idx]),
+    }
+    for what, m in declined.items():
+        verdict = k.supports(m)
+        assert not verdict and verdict.reason, what
+    # opset 11 has no batch_dims: the attribute is not read there
+    assert k.infer_outputs(spec_meta("GatherND", [x, idx], opset=11, batch_dims=1)) == \
+        [TensorSpec(F32, ("B", 7, 6))]
+
+
+def _gather_nd_launch(mem, symbol, args):
+    """``gather_nd_x<w>`` run on ``mem`` (a numpy byte array as device memory) with the
+    arguments exactly as execute_with_workspace packed them."""
+    x, idx, idx64, y, g, per_batch, batch_stride, inner, n = [a[0] for a in args]
+    w = int(symbol.rsplit("_x", 1)[1])
+    units = mem[x:].view(np.uint8).reshape(-1, w)
+    out = mem[y:y + n * w].reshape(n, w)
+    tuples = mem[idx:].view(np.int64 if idx64 else np.int32)
+    sizes, strides = g.dims()
+    for i in range(n):
+        q, c = divmod(i, inner)
+        off = (q // per_batch) * batch_stride + c
+        inside = True
+        for d in range(g.ndim):
+            a = int(tuples[q * g.ndim + d])
+            a = a + sizes[d] if a < 0 else a
+            inside = inside and 0 <= a < sizes[d]
+            off += a * strides[d]
+        out[i] = units[off] if inside else 0
+
+
+@pytest.mark.parametrize("data,indices,b", GATHER_ND_CASES[:6])
+@pytest.mark.parametrize("index_dtype", [np.int64, np.int32])
+def test_gather_nd_execute_packs_what_the_kernel_reads(monkeypatch, data, indices, b,
+                                                       index_dtype):
+    mem = np.zeros(1 << 14, np.uint8)
+    top = [256]
+
+    class Tensor:
+        def __init__(self, a):
+            a = np.ascontiguousarray(a)
+            self.ptr, self.dtype, self.shape, self.device = top[0], a.dtype, a.shape, 0
+            self.ndim, self.size, self.nbytes = a.ndim, a.size, a.nbytes
+            mem[self.ptr:self.ptr + a.nbytes] = a.reshape(-1).view(np.uint8)
+            top[0] += -(-max(a.nbytes, 1) // 256) * 256
+
+        def array(self):
+            return mem[self.ptr:self.ptr + self.nbytes].view(self.dtype).reshape(self.shape)
+
+    monkeypatch.setattr(ix.CudaKernel, "function", lambda self, symbol, t: symbol)
+    monkeypatch.setattr(ix.CudaKernel, "launch",
+                        lambda self, fn, grid, block, args, stream, shared=0:
+                        _gather_nd_launch(mem, fn, args))
+    rng = np.random.default_rng(17)
+    x = rng.standard_normal(data).astype(np.float16)
+    m = indices[-1]
+    dims = np.array(data[b:b + m], np.int64).reshape((1,) * (len(indices) - 1) + (m,))
+    idx = (rng.integers(-(1 << 20), 1 << 20, indices) % (2 * dims) - dims).astype(index_dtype)
+    ctx = _ctx("GatherND", [x, idx], opset=13, batch_dims=b)
+    want = ref_ix.GatherND("GatherND").run(ctx, x, idx)
+    ins, y = [Tensor(x), Tensor(idx)], Tensor(np.zeros(want.shape, x.dtype))
+    k = KERNELS["GatherND"].bind(ctx.node)
+    k.execute_with_workspace(ctx, ins, [y], None)
+    np.testing.assert_array_equal(y.array().view(np.uint8), want.view(np.uint8))
+    with pytest.raises(NodeError, match="planned"):
+        k.execute_with_workspace(ctx, ins, [Tensor(np.zeros((1,) + want.shape, x.dtype))],
+                                 None)
+
+
+def test_every_gather_nd_width_is_instantiated():
+    from onnx_ep.providers.cuda.kernels.movement_plan import WIDTHS
+
+    text = Path(ix.__file__).with_suffix(".cu").read_text()
+    made = set(re.findall(r"^EP_INDEX_GATHER_ND\(x(\d+)\)", text, re.M))
+    assert made == {str(w) for w in WIDTHS}
 
 
 # ---------------------------------------------------------------- scatters
@@ -335,6 +543,27 @@ def test_top_k_supports_and_infers():
     assert not k.supports(spec_meta("TopK", [TensorSpec(np.dtype(np.bool_), (3,))], n_out=2))
 
 
+def test_top_k_sizes_its_outputs_from_a_known_k():
+    k = KERNELS["TopK"]
+    x = TensorSpec(F32, (3, 4))
+    meta = spec_meta("TopK", [x, TensorSpec(I64, (1,))], n_out=2, axis=0)
+    assert k.infer_outputs(meta) == [None, None]                  # K on the device only
+    for kk, want in ((2, (2, 4)), (0, (0, 4)), (3, (3, 4))):
+        for value in (np.array([kk], np.int64), np.array(kk, np.int64)):
+            assert k.infer_outputs(_known(meta, {1: value})) == \
+                [TensorSpec(F32, want), TensorSpec(I64, want)]
+    for bad in (np.array([4], np.int64), np.array([-1], np.int64), np.array([1, 2], np.int64),
+                np.array([1.0], np.float32)):
+        assert k.infer_outputs(_known(meta, {1: bad})) == [None, None], bad
+    assert k.supports(_known(meta, {1: np.array([2], np.int64)}))
+    # the sizes agree with what the reference returns
+    xa = np.arange(12, dtype=np.float32).reshape(3, 4)
+    ctx = _ctx("TopK", [xa, np.array([2], np.int64)], n_out=2, axis=-1)
+    vals, ind = ref_ix.TopK("TopK").run(ctx, xa, np.array([2], np.int64))
+    got = k.infer_outputs(_known(ctx.node, {1: np.array([2], np.int64)}))
+    assert got == [TensorSpec(vals.dtype, vals.shape), TensorSpec(ind.dtype, ind.shape)]
+
+
 # ---------------------------------------------------------------- Dropout, ReverseSequence
 
 def test_dropout_runs_inference_only():
@@ -348,6 +577,19 @@ def test_dropout_runs_inference_only():
         [x, TensorSpec(np.dtype(np.bool_), (2, 3))]
     assert k.infer_outputs(spec_meta("Dropout", [x], opset=7, n_out=2)) == [x, x]
     assert k.infer_outputs(spec_meta("Dropout", [x], opset=13)) == [x]
+
+
+def test_dropout_accepts_a_training_mode_known_to_be_false():
+    k = KERNELS["Dropout"]
+    x = TensorSpec(F32, (2, 3))
+    meta = spec_meta("Dropout", [x, None, TensorSpec(np.dtype(np.bool_), ())], opset=13,
+                     n_out=2)
+    assert not k.supports(meta)                                  # value unknown: declined
+    assert "does not know" in k.supports(meta).reason
+    assert k.supports(_known(meta, {2: np.array(False)}))
+    assert k.supports(_known(meta, {2: np.array([False])}))
+    trained = k.supports(_known(meta, {2: np.array(True)}))
+    assert not trained and "true" in trained.reason
 
 
 def test_reverse_sequence_supports():
@@ -406,6 +648,9 @@ LAUNCH_CASES = [
      {"mode": "reflect"}),
     ("Pad", [(np.bool_, (2, 3))], [(np.bool_, (3, 5))], 2, {"pads": [1, 1, 0, 1]}),
     ("GatherElements", [(F32, (3, 4)), (I64, (2, 4))], [(F32, (2, 4))], 13, {"axis": 1}),
+    ("GatherND", [(F32, (2, 3, 4)), (I64, (2, 5, 1))], [(F32, (2, 5, 4))], 13,
+     {"batch_dims": 1}),
+    ("GatherND", [(np.bool_, (3, 5)), (np.int32, (4, 2))], [(np.bool_, (4,))], 11, {}),
     ("ScatterElements", [(F32, (3, 4)), (I64, (2, 4)), (F32, (2, 4))], [(F32, (3, 4))], 18,
      {"reduction": "max"}),
     ("ScatterND", [(F32, (3, 4)), (I64, (2, 1)), (F32, (2, 4))], [(F32, (3, 4))], 18, {}),

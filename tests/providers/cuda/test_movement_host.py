@@ -481,3 +481,126 @@ def test_a_transpose_that_only_moves_unit_axes_is_a_view_at_that_signature():
                       output_names=("y",))
     assert Transpose("Transpose").bind(weight).aliases_at(
         [TensorSpec(np.float16, (1, 8))]) is None                     # a weight: copied
+
+
+# ---------------------------------------------------------------- values the plan knows
+# Slice's starts/ends/axes/steps, Tile's repeats, Expand's and Reshape's shape, Split's
+# sizes, Squeeze's / Unsqueeze's axes: with the value in NodeMeta.constants, infer_outputs
+# sizes the outputs as the reference shapes them; without it they stay unsized.
+
+def _ref_shapes(op, arrays, opset, n_out=1, **attrs):
+    """The reference's output shapes for ``arrays``, or ``None`` where it raises."""
+    from onnx_ep.core.kernel import ExecutionContext
+    from onnx_ep.errors import NodeError
+    from onnx_ep.providers.cpu_reference import movement as ref_mv
+
+    meta = _meta(op, [None if a is None else TensorSpec(a.dtype, a.shape) for a in arrays],
+                 opset, n_out, **attrs)
+    ref = {r.key.op_type: r for r in ref_mv.KERNELS}[op]
+    slot = [None] * n_out
+    try:
+        ref.execute_with_workspace(ExecutionContext(meta), list(arrays), slot, None)
+    except NodeError:
+        return None
+    return [np.shape(o) for o in slot]
+
+
+def _inferred(op, arrays, opset, n_out=1, known=(1,), **attrs):
+    """infer_outputs' shapes with the values of inputs ``known`` in meta.constants."""
+    import attrs as attrs_lib
+
+    meta = _meta(op, [None if a is None else TensorSpec(a.dtype, a.shape) for a in arrays],
+                 opset, n_out, **attrs)
+    meta = attrs_lib.evolve(meta, constants={i: arrays[i] for i in known
+                                             if i < len(arrays) and arrays[i] is not None})
+    specs = KERNELS[op].infer_outputs(meta)
+    if any(s is None for s in specs):
+        assert all(s is None for s in specs)
+        return None
+    assert all(s.dtype == arrays[0].dtype for s in specs)
+    return [s.shape for s in specs]
+
+
+I64 = np.int64
+X4 = np.zeros((5, 6, 7), np.float32)
+
+SLICE_CASES = [
+    ([1], [4], None, None),
+    ([0, -3], [100, -1], [0, 2], None),
+    ([-1], [-100], [1], [-1]),
+    ([4, 0], [0, 7], [-3, 2], [-2, 3]),
+    ([2], [2], [0], [1]),
+    ([10], [20], [1], [1]),
+    ([0], [5], [0], [0]),                         # zero step: the reference raises
+    ([0, 0], [1, 1], [1, 1], None),               # repeated axis: the reference raises
+    ([0], [1, 2], None, None),                    # unequal lengths
+    ([-7], [3], [-1], [2]),
+]
+
+
+@pytest.mark.parametrize("starts,ends,axes,steps", SLICE_CASES)
+def test_slice_sizes_from_known_values_like_the_reference(starts, ends, axes, steps):
+    arrays = [X4, np.array(starts, I64), np.array(ends, I64),
+              None if axes is None else np.array(axes, np.int32),
+              None if steps is None else np.array(steps, I64)]
+    while arrays[-1] is None:
+        arrays.pop()
+    want = _ref_shapes("Slice", arrays, 13)
+    assert _inferred("Slice", arrays, 13, known=(1, 2, 3, 4)) == want
+    assert _inferred("Slice", arrays, 13, known=()) is None
+    if len(arrays) > 3:                           # one given input still on the device
+        assert _inferred("Slice", arrays, 13, known=(1, 2)) is None
+
+
+@pytest.mark.parametrize("repeats", [[1, 2, 3], [0, 1, 1], [2, 2], [1, -1, 1]])
+def test_tile_sizes_from_known_repeats(repeats):
+    arrays = [X4, np.array(repeats, I64)]
+    assert _inferred("Tile", arrays, 13) == _ref_shapes("Tile", arrays, 13)
+    assert _inferred("Tile", arrays, 13, known=()) is None
+
+
+@pytest.mark.parametrize("target", [[5, 6, 7], [2, 1, 1, 1], [6, 7], [1], [3, 6, 7], [0, 1, 1]])
+def test_expand_sizes_from_a_known_shape(target):
+    x = np.zeros((5, 1, 7), np.float32)
+    arrays = [x, np.array(target, I64)]
+    assert _inferred("Expand", arrays, 13) == _ref_shapes("Expand", arrays, 13)
+    assert _inferred("Expand", arrays, 13, known=()) is None
+
+
+@pytest.mark.parametrize("target,allowzero", [
+    ([30, 7], 0), ([-1, 7], 0), ([0, -1], 0), ([5, 0, 7], 1), ([210], 0), ([-1], 0),
+    ([4, -1], 0), ([-1, -1], 0), ([0, 0, 0, 0], 0), ([5, 6, 7, -2], 0), ([0, -1], 1),
+    ([2, 3, 35], 0)])
+def test_reshape_sizes_from_a_known_shape(target, allowzero):
+    arrays = [X4, np.array(target, I64)]
+    want = _ref_shapes("Reshape", arrays, 14, allowzero=allowzero)
+    assert _inferred("Reshape", arrays, 14, allowzero=allowzero) == want
+    assert _inferred("Reshape", arrays, 14, known=(), allowzero=allowzero) is None
+
+
+@pytest.mark.parametrize("op,axes", [("Squeeze", [0, -1]), ("Squeeze", []), ("Squeeze", [1]),
+                                     ("Squeeze", [0, 0]), ("Squeeze", [5]),
+                                     ("Unsqueeze", [0, -1]), ("Unsqueeze", [2, 4]),
+                                     ("Unsqueeze", [1, 1]), ("Unsqueeze", [7])])
+def test_squeeze_unsqueeze_size_from_known_axes(op, axes):
+    x = np.zeros((1, 4, 1, 3, 1), np.float32)
+    arrays = [x, np.array(axes, I64)]
+    assert _inferred(op, arrays, 13) == _ref_shapes(op, arrays, 13)
+    assert _inferred(op, arrays, 13, known=()) is None
+    # a symbolic dim is not known to be 1: Squeeze leaves it to the plan
+    sym = _meta("Squeeze", [TensorSpec(F32, ("N", 4)), TensorSpec(I64, (1,))], opset=13)
+    import attrs as attrs_lib
+
+    assert KERNELS["Squeeze"].infer_outputs(
+        attrs_lib.evolve(sym, constants={1: np.array([0], I64)})) == [None]
+
+
+@pytest.mark.parametrize("split,n_out,extra", [
+    ([2, 4], 2, {}), ([6, 0, 0], 3, {}), ([1, 1, 1], 3, {}), ([3], 2, {}), ([], 3, {}),
+    ([], 4, {"num_outputs": 4}), ([7, -1], 2, {})])
+def test_split_sizes_from_known_split(split, n_out, extra):
+    arrays = [X4, np.array(split, I64)]
+    opset = 18 if extra else 13
+    want = _ref_shapes("Split", arrays, opset, n_out, axis=1, **extra)
+    assert _inferred("Split", arrays, opset, n_out, axis=1, **extra) == want
+    assert _inferred("Split", arrays, opset, n_out, known=(), axis=1, **extra) is None

@@ -39,6 +39,25 @@ def test_reduce_axes_input_derived_from_shapes(cuda_device, op):
                 opset=18), {"x": x})
 
 
+@pytest.mark.parametrize("op", SUMS + SELECT + ["ReduceProd", "ReduceLogSum"])
+@pytest.mark.parametrize("axes", [[1], [0, 2], [-1], []])
+def test_reduce_known_axes_input_with_keepdims_0(cuda_device, op, axes):
+    """axes as an initializer: its value is known, so keepdims=0 runs on cuda too."""
+    x = (np.abs(random((3, 40, 6), np.float32)) + 0.5).astype(np.float32)
+    check(model(op, {"x": x}, {"keepdims": 0}, consts={"a": np.array(axes, np.int64)},
+                opset=18), {"x": x}, what=f"{op} axes={axes} keepdims=0")
+
+
+@pytest.mark.parametrize("op", SUMS + SELECT + ["ReduceProd", "ReduceLogSum"])
+@pytest.mark.parametrize("keepdims", [1, 0])
+def test_reduce_known_empty_axes_with_noop_is_the_identity(cuda_device, op, keepdims):
+    x = (np.abs(random((3, 1, 6), np.float16)) + 0.5).astype(np.float16)
+    for axes in ([], [1]):
+        check(model(op, {"x": x}, {"keepdims": keepdims, "noop_with_empty_axes": 1},
+                    consts={"a": np.array(axes, np.int64)}, opset=18), {"x": x},
+              what=f"{op} axes={axes} keepdims={keepdims} noop_with_empty_axes=1")
+
+
 def test_reduce_prod_and_log_sum(cuda_device):
     x = (np.abs(random((5, 12), np.float32)) + 0.5).astype(np.float32)
     for op in ("ReduceProd", "ReduceLogSum"):

@@ -1,5 +1,6 @@
 """Host-side logic of the CUDA reductions (no GPU): axis grouping, the rows/cols routes,
-axes derived from shapes, launch geometry, supports() decisions and shape inference.
+axes derived from shapes, launch geometry, supports() decisions and shape inference, with
+and without an axes value the plan knows (``NodeMeta.constants``).
 
 ``_replay`` sums with the planned geometry in numpy exactly as ``reduce.cu`` walks it
 (output index -> kept offset, reduced index -> reduced offset), so a wrong plan fails.
@@ -9,10 +10,11 @@ from __future__ import annotations
 
 import itertools
 
+import attrs
 import numpy as np
 import pytest
 
-from onnx_ep.core.kernel import NodeMeta, Parity, TensorSpec
+from onnx_ep.core.kernel import ExecutionContext, NodeMeta, Parity, TensorSpec
 from onnx_ep.providers.cuda.kernels import reduce as rd
 from onnx_ep.providers.cuda.kernels.base import narrow_tolerance
 
@@ -125,3 +127,117 @@ def test_parity_is_exact_for_selections_and_widened_for_narrow_sums():
     assert b16.parity.rtol == 2.0 ** -7
     assert K["ReduceMin"].bind(_meta("ReduceMin", [TensorSpec(np.float16, (4,))])).parity \
         == Parity.EXACT
+
+
+# ---------------------------------------------------------------- axes the plan knows
+
+def _known(meta, axes):
+    """``meta`` whose axes input (1) has a value the plan knows."""
+    return attrs.evolve(meta, constants={1: np.asarray(axes)})
+
+
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceL1", "ReduceMax", "ReduceLogSumExp"])
+def test_known_axes_lift_the_keepdims_and_noop_declines(op):
+    k = K[op]
+    opset = rd.axes_input_since(op)
+    keep0 = _meta(op, [X, AXES], opset=opset, keepdims=0)
+    assert not k.supports(keep0)                      # device-only axes: declined
+    assert "does not know" in k.supports(keep0).reason
+    assert k.infer_outputs(keep0) == [None]
+    assert k.supports(_known(keep0, np.array([1], np.int64)))
+    assert k.infer_outputs(_known(keep0, np.array([1], np.int64))) == \
+        [TensorSpec(np.float32, (2, 4))]
+    assert k.infer_outputs(_known(keep0, np.array([-1, 0], np.int64))) == \
+        [TensorSpec(np.float32, (3,))]
+    assert k.infer_outputs(_known(keep0, np.array([], np.int64))) == \
+        [TensorSpec(np.float32, ())]                  # empty axes: every axis
+    noop = _meta(op, [X, AXES], opset=opset, noop_with_empty_axes=1)
+    assert k.supports(_known(noop, np.array([], np.int64)))
+    assert k.infer_outputs(_known(noop, np.array([], np.int64))) == [X]
+    assert k.infer_outputs(_known(noop, np.array([2], np.int64))) == \
+        [TensorSpec(np.float32, (2, 3, 1))]
+    keep1 = _meta(op, [X, AXES], opset=opset)
+    assert k.supports(keep1)                          # shapes derive the axes at run time
+    assert k.infer_outputs(_known(keep1, np.array([0, 2], np.int64))) == \
+        [TensorSpec(np.float32, (1, 3, 1))]
+
+
+def test_invalid_known_axes_are_declined_with_a_reason():
+    for bad in (np.array([3], np.int64), np.array([1, -2], np.int64),
+                np.array([1.0], np.float32), np.array([[1]], np.int64)):
+        meta = _known(_meta("ReduceSum", [X, AXES], opset=13, keepdims=0), bad)
+        verdict = K["ReduceSum"].supports(meta)
+        assert not verdict and "axes" in verdict.reason, bad
+        assert K["ReduceSum"].infer_outputs(meta) == [None]
+
+
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMean", "ReduceL2", "ReduceMax"])
+@pytest.mark.parametrize("keepdims", [0, 1])
+@pytest.mark.parametrize("axes", [[1], [0, 2], [-1], []])
+def test_known_axes_shape_matches_the_reference(op, keepdims, axes):
+    from onnx_ep.providers.cpu_reference import reduce as ref_rd
+
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4) / 7
+    a = np.array(axes, np.int64)
+    for noop in (0, 1):
+        meta = _known(_meta(op, [X, AXES], opset=18, keepdims=keepdims,
+                            noop_with_empty_axes=noop), a)
+        ref = {r.key.op_type: r for r in ref_rd.KERNELS}[op]
+        slot = [None]
+        ref.execute_with_workspace(ExecutionContext(meta), [x, a], slot, None)
+        assert K[op].infer_outputs(meta) == [TensorSpec(np.float32, slot[0].shape)]
+
+
+class _Fake:
+    _next = 4096
+
+    def __init__(self, shape, dtype=np.float32):
+        self.dtype, self.shape, self.device = np.dtype(dtype), tuple(shape), 0
+        self.ndim, self.size = len(self.shape), int(np.prod(self.shape, dtype=np.int64))
+        self.nbytes = self.size * self.dtype.itemsize
+        _Fake._next += 4096
+        self.ptr = _Fake._next
+
+
+@pytest.mark.parametrize("axes,keepdims,out,want", [
+    ([1], 0, (2, 4), ("reduce_cols_sum_f32", (2, 3, 4))),
+    ([-1], 0, (2, 3), ("reduce_sum_f32", None)),
+    ([0, 1, 2], 0, (), ("reduce_sum_f32", None)),
+    ([1], 1, (2, 1, 4), ("reduce_cols_sum_f32", (2, 3, 4))),
+    ([], 0, (), ("reduce_sum_f32", None)),
+])
+def test_execute_reduces_the_known_axes(monkeypatch, axes, keepdims, out, want):
+    """At run time ``ctx.node`` is the plan's meta: its axes value picks the launch, even
+    where the shapes could not tell (keepdims=0)."""
+    launched = []
+    monkeypatch.setattr(rd.Reduce, "function", lambda self, symbol, t: symbol)
+    monkeypatch.setattr(rd.Reduce, "launch", lambda self, fn, grid, block, args, stream,
+                        shared=0: launched.append((fn, [a[0] for a in args])))
+    meta = _known(_meta("ReduceSum", [X, AXES], opset=13, keepdims=keepdims), axes)
+    k = K["ReduceSum"].bind(meta)
+    assert k.supports(meta)
+    k.execute_with_workspace(ExecutionContext(meta), [_Fake((2, 3, 4)), _Fake((len(axes),),
+                                                                              np.int64)],
+                             [_Fake(out)], None)
+    (fn, args), = launched
+    assert fn == want[0]
+    if want[1] is not None:
+        assert tuple(args[2:5]) == want[1]           # outer, R, inner
+    else:
+        red = args[3]                                # the reduced dims' Geo
+        n_red = int(np.prod(red.dims()[0]))
+        assert n_red == (24 if not axes or len(axes) == 3 else 4) and args[4] == n_red
+
+
+def test_execute_copies_for_known_empty_axes_with_noop(monkeypatch):
+    from onnx_ep.providers.cuda import copies
+
+    copied = []
+    monkeypatch.setattr(copies, "copy_dtod", lambda dst, src, n, stream: copied.append(n))
+    monkeypatch.setattr(rd.Reduce, "launch", lambda *a, **k: pytest.fail("launched"))
+    meta = _known(_meta("ReduceL1", [X, AXES], opset=18, keepdims=0,
+                        noop_with_empty_axes=1), np.array([], np.int64))
+    k = K["ReduceL1"].bind(meta)
+    k.execute_with_workspace(ExecutionContext(meta), [_Fake((2, 3, 4)), _Fake((0,), np.int64)],
+                             [_Fake((2, 3, 4))], None)
+    assert copied == [96]

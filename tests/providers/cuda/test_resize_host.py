@@ -562,3 +562,120 @@ def test_col2im_replay_equals_the_reference_bit_for_bit(image, block, attrs, dty
     assert KERNELS["Col2Im"].supports(meta)
     g = rs.col2im_geometry(meta, x.shape, want.shape)
     assert [g.image[i] for i in range(nd)] == list(image) and g.l == x.shape[2]
+
+
+# ---------------------------------------------------------------- Y sized from known values
+# Resize's scales / sizes, CenterCropPad's shape, AffineGrid's size, Col2Im's image and
+# block shapes: with their values in NodeMeta.constants, infer_outputs sizes Y as the
+# reference shapes it; without them Y is left to the plan.
+
+def _known(meta, values):
+    """``meta`` with the input values the plan knows, by input position."""
+    import attrs
+
+    return attrs.evolve(meta, constants={i: np.asarray(v) for i, v in values.items()
+                                         if v is not None})
+
+
+def _ref_shape(op, arrays, opset, **attrs):
+    """The reference's Y shape, or ``None`` where it raises."""
+    from onnx_ep.errors import NodeError
+
+    meta = _meta(op, [None if a is None else TensorSpec(a.dtype, a.shape) for a in arrays],
+                 opset, **attrs)
+    ref = {r.key.op_type: r for r in ref_resize.KERNELS}[op]
+    slot = [None]
+    try:
+        ref.execute_with_workspace(ExecutionContext(meta), list(arrays), slot, None)
+    except NodeError:
+        return None
+    return np.shape(slot[0])
+
+
+def _check_known(op, arrays, opset, **attrs):
+    meta = _meta(op, [None if a is None else TensorSpec(a.dtype, a.shape) for a in arrays],
+                 opset, **attrs)
+    want = _ref_shape(op, arrays, opset, **attrs)
+    got = KERNELS[op].infer_outputs(_known(meta, dict(enumerate(arrays[1:], 1))))
+    assert got == [None if want is None else TensorSpec(arrays[0].dtype, want)]
+    assert KERNELS[op].infer_outputs(meta) == [None]     # values on the device only
+    return want
+
+
+EMPTY_F = np.zeros(0, np.float32)
+
+
+@pytest.mark.parametrize("scales,sizes,policy,axes", [
+    ([1, 1, 2, 0.5], None, "stretch", None),
+    ([1, 1, 1.7, 0.26], None, "stretch", None),
+    ([0.6, 3.0], None, "stretch", [2, -1]),
+    (None, [1, 1, 5, 3], "stretch", None),
+    (None, [7, 2], "not_larger", [2, 3]),
+    (None, [7, 2], "not_smaller", [2, 3]),
+    ([1, 1, 0, 1], None, "stretch", None),        # a zero scale: the reference raises
+    (None, [5, 3], "stretch", None),              # one size for four axes
+    ([1, 1, 2, 2], [1, 1, 8, 8], "stretch", None),  # both given
+])
+def test_resize_sizes_y_from_known_scales_or_sizes(scales, sizes, policy, axes):
+    x = np.arange(2 * 3 * 4 * 6, dtype=np.float32).reshape(2, 3, 4, 6)
+    attrs = {"mode": "nearest", "keep_aspect_ratio_policy": policy}
+    if axes is not None:
+        attrs["axes"] = axes
+    arrays = [x, EMPTY_F, EMPTY_F if scales is None else np.array(scales, np.float32),
+              None if sizes is None else np.array(sizes, np.int64)]
+    if sizes is None:
+        arrays.pop()
+    _check_known("Resize", arrays, 19, **attrs)
+
+
+def test_resize_10_and_upsample_size_y_from_known_scales():
+    x = np.arange(12, dtype=np.float32).reshape(1, 1, 3, 4)
+    scales = np.array([1, 1, 2.5, 0.5], np.float32)
+    assert _check_known("Resize", [x, scales], 10) == (1, 1, 7, 2)
+    assert _check_known("Upsample", [x, np.array([1, 1, 2, 3], np.float32)], 9) == \
+        (1, 1, 6, 12)
+    assert _check_known("Upsample", [x, scales], 9) is None    # Upsample never shrinks
+
+
+def test_resize_with_empty_scales_spec_needs_only_known_sizes():
+    x = TensorSpec(F32, (1, 1, 3, 4))
+    meta = _meta("Resize", [x, None, TensorSpec(F32, (0,)), TensorSpec(np.int64, (4,))])
+    assert KERNELS["Resize"].infer_outputs(
+        _known(meta, {3: np.array([1, 1, 6, 2], np.int64)})) == [TensorSpec(F32, (1, 1, 6, 2))]
+    unsure = _meta("Resize", [x, None, TensorSpec(F32, ("k",)), TensorSpec(np.int64, (4,))])
+    assert KERNELS["Resize"].infer_outputs(
+        _known(unsure, {3: np.array([1, 1, 6, 2], np.int64)})) == [None]
+
+
+@pytest.mark.parametrize("target,axes", [([2, 8], [1, 2]), ([5, 5, 5], None), ([3], [-1]),
+                                         ([2, 2], [0, 0]), ([-1, 3], [1, 2]), ([4], None)])
+def test_center_crop_pad_sizes_y_from_a_known_shape(target, axes):
+    x = np.arange(60, dtype=np.float32).reshape(3, 4, 5)
+    attrs = {} if axes is None else {"axes": axes}
+    _check_known("CenterCropPad", [x, np.array(target, np.int64)], 18, **attrs)
+
+
+@pytest.mark.parametrize("size", [[2, 3, 4, 5], [2, 1, 3, 4, 5], [3, 3, 4, 5], [2, 3, 4]])
+def test_affine_grid_sizes_y_from_a_known_size(size):
+    nd = 3 if len(size) == 5 else 2
+    theta = np.zeros((2, nd, nd + 1), np.float32)
+    _check_known("AffineGrid", [theta, np.array(size, np.int64)], 20)
+
+
+@pytest.mark.parametrize("image,block,attrs", [
+    ([5, 5], [2, 2], {}), ([6, 4], [3, 2], {"strides": [3, 2]}),
+    ([5, 5], [2, 2], {"pads": [1, 1, 1, 1], "dilations": [2, 1]}), ([5, 5], [3, 3], {})])
+def test_col2im_sizes_y_from_known_image_and_block_shapes(image, block, attrs):
+    nd = len(image)
+    dil = attrs.get("dilations", [1] * nd)
+    strides = attrs.get("strides", [1] * nd)
+    pads = attrs.get("pads", [0] * (2 * nd))
+    blocks = [(image[i] + pads[i] + pads[nd + i] - dil[i] * (block[i] - 1) - 1) // strides[i]
+              + 1 for i in range(nd)]
+    x = np.zeros((2, 3 * int(np.prod(block)), int(np.prod(blocks))), np.float32)
+    want = _check_known("Col2Im", [x, np.array(image, np.int64), np.array(block, np.int64)],
+                        18, **attrs)
+    assert want == (2, 3, *image)
+    wrong = np.zeros((2, 3 * int(np.prod(block)), int(np.prod(blocks)) + 1), np.float32)
+    assert _check_known("Col2Im", [wrong, np.array(image, np.int64),
+                                   np.array(block, np.int64)], 18, **attrs) is None

@@ -1,5 +1,6 @@
 """Host-side logic of the CUDA shape family (no GPU): Shape's start/end, the values and bits
-passed as kernel arguments, the fill plan, Trilu's index math, shape inference, supports.
+passed as kernel arguments, the fill plan, Trilu's index math, shape inference (with and
+without the input values the plan knows), supports.
 
 The argument tests replay what ``shape.cu`` does with them in numpy (``(T)bits`` keeps the
 low bytes; ``fill_x<w>`` repeats one word), so wrong packing fails here.
@@ -10,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import sys
 
+import attrs
 import ml_dtypes
 import numpy as np
 import pytest
@@ -155,6 +157,49 @@ def test_infer_outputs():
         [TensorSpec(np.int8, ())]
     r = TensorSpec(F32, ())
     assert KERNELS["Range"].infer_outputs(spec_meta("Range", [r, r, r])) == [None]
+
+
+def _known(meta, values):
+    """``meta`` with the input values the plan knows, by input position."""
+    return attrs.evolve(meta, constants={i: np.asarray(v) for i, v in values.items()})
+
+
+@pytest.mark.parametrize("dims", [[2, 3], [0, 4], [5], [], [2, -1]])
+def test_constant_of_shape_sizes_from_a_known_shape(dims):
+    from onnx_ep.core.kernel import ExecutionContext
+    from onnx_ep.errors import NodeError
+
+    shape = np.array(dims, I64)
+    value = np.array([7], np.int8)
+    meta = spec_meta("ConstantOfShape", [TensorSpec(I64, shape.shape)], value=value)
+    try:
+        want = ref_shape.ConstantOfShape("ConstantOfShape").run(ExecutionContext(meta), shape)
+        expected = [TensorSpec(np.int8, want.shape)]
+    except NodeError:
+        expected = [None]
+    assert KERNELS["ConstantOfShape"].infer_outputs(_known(meta, {0: shape})) == expected
+    if dims:
+        assert KERNELS["ConstantOfShape"].infer_outputs(meta) == [None]
+
+
+@pytest.mark.parametrize("dtype,start,limit,delta", [
+    (np.int64, 0, 10, 3), (np.int32, 10, -3, -4), (np.int16, 5, 5, 1), (np.int64, 0, 5, -1),
+    (np.float32, 0.5, 3.25, 0.5), (np.float32, 1.0, -2.0, -0.3), (np.float64, 0, 1, 0.1),
+    (np.float16, 0, 2, 0.25), (BF16, 1, 9, 1.5), (np.int64, 1, 2, 0), (np.float32, 0, np.inf, 1)])
+def test_range_sizes_from_known_bounds_like_the_reference(dtype, start, limit, delta):
+    from onnx_ep.core.kernel import ExecutionContext
+    from onnx_ep.errors import NodeError
+
+    vals = [np.array(v).astype(dtype) for v in (start, limit, delta)]
+    meta = spec_meta("Range", [TensorSpec(v.dtype, ()) for v in vals])
+    try:
+        with np.errstate(all="ignore"):
+            want = ref_shape.Range("Range").run(ExecutionContext(meta), *vals)
+        expected = [TensorSpec(np.dtype(dtype), want.shape)]
+    except (NodeError, OverflowError, ValueError):
+        expected = [None]
+    assert KERNELS["Range"].infer_outputs(_known(meta, dict(enumerate(vals)))) == expected
+    assert KERNELS["Range"].infer_outputs(_known(meta, {0: vals[0], 2: vals[2]})) == [None]
 
 
 def test_supports_declines_what_cannot_run():

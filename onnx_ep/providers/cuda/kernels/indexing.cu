@@ -1,5 +1,5 @@
-// Indexing: Pad, GatherElements, ScatterElements / Scatter, ScatterND, CumSum, CumProd,
-// TopK, ReverseSequence, and the fill behind Dropout's mask.
+// Indexing: Pad, GatherElements, GatherND, ScatterElements / Scatter, ScatterND, CumSum,
+// CumProd, TopK, ReverseSequence, and the fill behind Dropout's mask.
 //
 // Every kernel is one thread per output element (or per line for the scans), plain
 // loops, int64 indexing, no shared memory beyond Pad's per-block table, no atomics:
@@ -10,7 +10,8 @@
 // and none ever reads or writes out of bounds.
 //
 // Movement kernels (Pad, GatherElements, ReverseSequence, fill) are instantiated by
-// element SIZE (x1 .. x8); the arithmetic ones (scatter reductions, scans, TopK) by dtype.
+// element SIZE (x1 .. x8; GatherND also x16, for slices the host widens); the arithmetic
+// ones (scatter reductions, scans, TopK) by dtype.
 #include "ep_float.cuh"
 #include "ep_geo.cuh"
 
@@ -129,6 +130,34 @@ __device__ void gather_elements(const T* __restrict__ x, const void* __restrict_
         } else {
             memset(&v, 0, sizeof(T));
         }
+        y[i] = v;
+    }
+}
+
+// ------------------------------------------------------------------ GatherND
+// y viewed as [npos, inner] (npos = batch * positions, one index tuple of m entries per
+// row, read from idx at row * m); data as [batch, g.size[0] .. g.size[m-1], inner] with
+// batch_stride elements per batch entry and g.stride the element strides of the m indexed
+// dims. Row q reads batch entry q / per_batch. Negative entries wrap; a tuple with an
+// entry outside [-dim, dim) (the reference raises) writes a row of zeros; nothing is read
+// out of bounds. Counts are in elements of the instantiated width.
+template <class T>
+__device__ void gather_nd(const T* __restrict__ x, const void* __restrict__ idx, int idx64,
+                          T* __restrict__ y, Geo g, long long per_batch,
+                          long long batch_stride, long long inner, long long n) {
+    for (long long i = global_tid(); i < n; i += grid_threads()) {
+        long long q = i / inner, c = i - q * inner;
+        long long off = (q / per_batch) * batch_stride + c;
+        bool inside = true;
+        for (int d = 0; d < g.ndim; ++d) {
+            long long a = read_index(idx, q * g.ndim + d, idx64);
+            if (a < 0) a += g.size[d];
+            if (a < 0 || a >= g.size[d]) { inside = false; break; }
+            off += a * g.stride[d];
+        }
+        T v;
+        if (inside) v = x[off];
+        else memset(&v, 0, sizeof(T));
         y[i] = v;
     }
 }
@@ -418,6 +447,20 @@ EP_INDEX_MOVE(x1)
 EP_INDEX_MOVE(x2)
 EP_INDEX_MOVE(x4)
 EP_INDEX_MOVE(x8)
+
+#define EP_INDEX_GATHER_ND(S)                                                               \
+extern "C" __global__ void gather_nd_##S(const S##_t* x, const void* idx, int idx64,         \
+                                         S##_t* y, Geo g, long long per_batch,               \
+                                         long long batch_stride, long long inner,            \
+                                         long long n) {                                     \
+    gather_nd<S##_t>(x, idx, idx64, y, g, per_batch, batch_stride, inner, n);                \
+}
+
+EP_INDEX_GATHER_ND(x1)
+EP_INDEX_GATHER_ND(x2)
+EP_INDEX_GATHER_ND(x4)
+EP_INDEX_GATHER_ND(x8)
+EP_INDEX_GATHER_ND(x16)
 
 #define EP_INDEX_SCATTER(S, T)                                                              \
 extern "C" __global__ void scatter_elements_##S(const T* x, const void* idx, int idx64,      \

@@ -1,5 +1,6 @@
-"""Indexing on CUDA: Pad, GatherElements, ScatterElements (and Scatter), ScatterND,
-CumSum, CumProd, TopK, Dropout (inference), ReverseSequence, DepthToSpace, SpaceToDepth.
+"""Indexing on CUDA: Pad, GatherElements, GatherND, ScatterElements (and Scatter),
+ScatterND, CumSum, CumProd, TopK, Dropout (inference), ReverseSequence; DepthToSpace and
+SpaceToDepth are listed here too (their code is in :mod:`.space_depth`).
 
 Parity: EXACT against cpu_reference for every op here. Movement ops copy bytes; the
 arithmetic ones (scatter reductions, CumSum, CumProd) run sequentially in the
@@ -8,14 +9,15 @@ reference's order and precision (``indexing.cu`` says how, per dtype); TopK sele
 Device inputs that steer indexing (Pad's pads/constant_value/axes, the indices of the
 gathers and scatters, the scans' axis, ReverseSequence's lengths) are read by the
 kernels through pointers; output shapes come from the pre-bound outputs (TopK's K is
-``outputs[0].shape[axis]``). Indices outside ``[-dim, dim)`` are not checked on cuda
-(the reference raises; a kernel cannot without a host sync): GatherElements writes
-zeros for them, the scatters skip them, ReverseSequence clamps lengths into
+``outputs[0].shape[axis]``; ``infer_outputs`` sizes them from K when the plan knows its
+value, ``meta.constant(1)``). Indices outside ``[-dim, dim)`` are not checked on cuda
+(the reference raises; a kernel cannot without a host sync): GatherElements and
+GatherND write zeros for them, the scatters skip them, ReverseSequence clamps lengths into
 ``[0, time]``; no kernel reads or writes out of bounds.
 
 Dropout runs inference only (a copy and an all-true mask); a ``training_mode`` input
-is a device value the host cannot read, so such nodes decline (the random mask of
-training cannot match the reference's generator anyway).
+is accepted when the plan knows it is false (``meta.constant(2)``), else the node
+declines (the random mask of training cannot match the reference's generator anyway).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import numpy as np
 
 from onnx_ep.core.kernel import ExecutionContext, NodeMeta, Support, TensorSpec
 from onnx_ep.providers.cuda import copies
+from onnx_ep.providers.cuda.kernels import known_values as kv
 from onnx_ep.providers.cuda.kernels.base import (
     BF16,
     BLOCK,
@@ -40,8 +43,14 @@ from onnx_ep.providers.cuda.kernels.base import (
     grid_1d,
     normalize_axis,
     prod,
+    replayed,
     struct_arg,
     suffixes_of,
+)
+from onnx_ep.providers.cuda.kernels.movement_plan import block_copy_width
+from onnx_ep.providers.cuda.kernels.space_depth import (  # noqa: F401 (DepthToSpace's home)
+    SpaceDepth,
+    space_depth_plan,
 )
 
 #: element sizes of the movement kernels (``pad_x4`` ...)
@@ -141,25 +150,6 @@ def pad_attr_lists(meta: Any, rank: int) -> tuple[list[int], list[int]] | None:
     return raw[:rank], raw[rank:]
 
 
-def pad_const_lists(meta: Any, rank: int) -> tuple[list[int], list[int]] | None:
-    """Opset >= 11: (begins, ends) per axis from initializer pads (and axes), or ``None``."""
-    pads = meta.constant(1)
-    axes_spec = meta.inputs[3] if len(meta.inputs) > 3 else None
-    axes = meta.constant(3) if axes_spec is not None else None
-    if pads is None or (axes_spec is not None and axes is None):
-        return None
-    pads = [int(p) for p in np.asarray(pads).reshape(-1)]
-    axes_l = ([int(a) + rank if int(a) < 0 else int(a) for a in np.asarray(axes).reshape(-1)]
-              if axes is not None else list(range(rank)))
-    k = len(axes_l)
-    if len(pads) != 2 * k or any(not 0 <= a < rank for a in axes_l):
-        return None
-    begins, ends = [0] * rank, [0] * rank
-    for j, a in enumerate(axes_l):
-        begins[a], ends[a] = pads[j], pads[k + j]
-    return begins, ends
-
-
 class Pad(_Indexing):
     def supports(self, meta: NodeMeta) -> Support:
         s = self._sized(meta.inputs[0] if meta.inputs else None)
@@ -188,7 +178,7 @@ class Pad(_Indexing):
         if not all(isinstance(d, int) for d in x.shape):
             return [None]
         if meta.opset >= 11:
-            be = pad_const_lists(meta, len(x.shape))   # pads (and axes) initializers
+            be = kv.pad_const_lists(meta, len(x.shape))   # pads (and axes) the plan knows
         else:
             be = pad_attr_lists(meta, len(x.shape))
         if be is None:
@@ -258,6 +248,100 @@ class GatherElements(_Indexing):
         self._launch(ctx, f"gather_elements_x{x.dtype.itemsize}", x, y.size, [
             (x.ptr, PTR), (idx.ptr, PTR), (int(idx.dtype == np.int64), I32), (y.ptr, PTR),
             struct_arg(g), (a, I32), (x.shape[a], I64), (y.size, I64)])
+
+
+# ---------------------------------------------------------------- GatherND
+
+def gather_nd_shape(data: tuple[Any, ...], indices: tuple[Any, ...], b: int
+                    ) -> tuple[Any, ...] | None:
+    """``indices.shape[:-1] + data.shape[b + m:]`` (dims may be symbolic), or ``None``
+    when the index depth ``m`` is unknown or the shapes do not fit ``batch_dims=b``
+    (ONNX: ``1 <= m <= rank - b``)."""
+    if not indices or not 0 <= b < min(len(data), len(indices)):
+        return None
+    m = indices[-1]
+    if not isinstance(m, int) or not 1 <= m <= len(data) - b:
+        return None
+    return tuple(indices[:-1]) + tuple(data[b + m:])
+
+
+def gather_nd_plan(data: tuple[int, ...], indices: tuple[int, ...], b: int, itemsize: int,
+                   ptrs: tuple[int, int]) -> tuple[int, Geo, int, int, int, int]:
+    """``(width, indexed dims, per_batch, batch_stride, inner, n)`` of ``gather_nd_x<width>``:
+    the copied slices widened to ``width`` bytes where their length and the pointers allow
+    (every offset is a multiple of a slice, so all counts divide by the widening)."""
+    m = indices[-1]
+    inner = prod(data[b + m:])
+    w = block_copy_width(itemsize, inner, (), ptrs)
+    f = w // itemsize
+    strides = [s // f for s in contiguous_strides(data[b:])[:m]]
+    per_batch = prod(indices[b:-1])
+    n = prod(data[:b]) * per_batch * inner // f
+    return (w, Geo.of(data[b:b + m], strides), per_batch, prod(data[b:]) // f, inner // f,
+            n)
+
+
+class GatherND(_Indexing):
+    """GatherND (``batch_dims`` from opset 12): one thread per output element copies its
+    element of the slice its index tuple names; slices are copied in words of up to 16
+    bytes. Indices are read on the device (int64 as ONNX says; int32 too, as the other
+    cuda gathers and ScatterND take it). Negative entries wrap. A tuple with an entry
+    outside ``[-dim, dim)`` is not reported (the reference raises; a kernel cannot without
+    a host sync): its slice of the output is zeros, as Gather and GatherElements write,
+    and nothing is read out of bounds.
+    """
+
+    def _batch_dims(self, meta: Any) -> int:
+        return int(meta.attr("batch_dims", 0)) if meta.opset >= 12 else 0
+
+    def supports(self, meta: NodeMeta) -> Support:
+        x = meta.inputs[0] if meta.inputs else None
+        s = self._sized(x)
+        if not s:
+            return s
+        idx = _input(meta.inputs, 1)
+        if idx is None or idx.dtype not in INDEX_TYPES:
+            return Support.no("indices must be an int64 (or int32) tensor")
+        b = self._batch_dims(meta)
+        if not idx.shape:
+            return Support.no("indices must have rank >= 1")
+        if not 0 <= b < min(len(x.shape), len(idx.shape)):
+            return Support.no(f"batch_dims={b} must be in [0, min(data rank {len(x.shape)}, "
+                              f"indices rank {len(idx.shape)}))")
+        m = idx.shape[-1]
+        if not isinstance(m, int):
+            return Support.no(f"indices last dim {m!r} is not a known size: the index depth "
+                              f"decides the output rank")
+        if not 1 <= m <= len(x.shape) - b:
+            return Support.no(f"indices last dim {m} must be in [1, data rank "
+                              f"{len(x.shape)} - batch_dims {b}]")
+        for d, (dx, di) in enumerate(zip(x.shape[:b], idx.shape[:b])):
+            if isinstance(dx, int) and isinstance(di, int) and dx != di:
+                return Support.no(f"batch dim {d} is {dx} in data and {di} in indices")
+        return Support.YES
+
+    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
+        x, idx = meta.inputs[0], meta.inputs[1]
+        shape = gather_nd_shape(tuple(x.shape), tuple(idx.shape), self._batch_dims(meta))
+        return [None if shape is None else TensorSpec(x.dtype, shape)]
+
+    @replayed
+    def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
+        x, idx, y = inputs[0], inputs[1], outputs[0]
+        b = self._batch_dims(ctx.node)
+        shape = gather_nd_shape(tuple(x.shape), tuple(idx.shape), b)
+        if shape is None or tuple(x.shape[:b]) != tuple(idx.shape[:b]):
+            raise self.fail(ctx, f"indices {tuple(idx.shape)} do not index data "
+                                 f"{tuple(x.shape)} with batch_dims={b}")
+        if tuple(y.shape) != shape:
+            raise self.fail(ctx, f"output planned as {tuple(y.shape)}, GatherND gives {shape}")
+        if y.size == 0:
+            return
+        w, g, per_batch, batch_stride, inner, n = gather_nd_plan(
+            tuple(x.shape), tuple(idx.shape), b, x.dtype.itemsize, (x.ptr, y.ptr))
+        self._launch(ctx, f"gather_nd_x{w}", x, n, [
+            (x.ptr, PTR), (idx.ptr, PTR), (int(idx.dtype == np.int64), I32), (y.ptr, PTR),
+            struct_arg(g), (per_batch, I64), (batch_stride, I64), (inner, I64), (n, I64)])
 
 
 # ---------------------------------------------------------------- scatters
@@ -383,10 +467,14 @@ class TopK(_Indexing):
     def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
         x = meta.inputs[0]
         a = normalize_axis(int(meta.attr("axis", -1)), len(x.shape))
-        if meta.opset >= 10 or a is None:
-            return [None, None]                 # K is a device input
+        k = kv.top_k_value(meta)
+        if a is None or k is None:
+            return [None, None]                 # K is a device value the plan does not know
+        dim = x.shape[a]
+        if meta.opset >= 10 and (k < 0 or (isinstance(dim, int) and k > dim)):
+            return [None, None]                 # the reference rejects this K when it runs
         shape = list(x.shape)
-        shape[a] = int(meta.attr("k"))
+        shape[a] = k
         return [TensorSpec(x.dtype, tuple(shape)), TensorSpec(np.dtype(np.int64), tuple(shape))]
 
     def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
@@ -418,8 +506,14 @@ class Dropout(_Indexing):
         if not s:
             return s
         if meta.opset >= 12 and _input(meta.inputs, 2) is not None:
-            return Support.no("training_mode is a device input (training draws a random "
-                              "mask the host generator defines): runs on the host")
+            training = meta.constant(2)
+            if training is None:
+                return Support.no("training_mode is a device input whose value the plan "
+                                  "does not know (training draws a random mask the host "
+                                  "generator defines): runs on the host")
+            if np.asarray(training).size != 1 or bool(np.asarray(training).reshape(-1)[0]):
+                return Support.no("training_mode is true: training draws a random mask the "
+                                  "host generator defines (runs on the host)")
         return Support.YES
 
     def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
@@ -475,88 +569,10 @@ class ReverseSequence(_Indexing):
             struct_arg(Geo.of(dims, [0, 0, 0])), (y.size, I64)])
 
 
-# ---------------------------------------------------------------- DepthToSpace, SpaceToDepth
-
-def space_depth_plan(op: str, shape: tuple[int, ...], bs: int, mode: str
-                     ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None:
-    """(6-D view of the input, permutation, output shape) as the reference reshapes and
-    transposes, or ``None`` when the shape does not fit the block size."""
-    if len(shape) != 4 or bs < 1 or mode not in ("DCR", "CRD"):
-        return None
-    b, c, h, w = shape
-    if op == "DepthToSpace":
-        if c % (bs * bs):
-            return None
-        cc = c // (bs * bs)
-        if mode == "DCR":
-            return (b, bs, bs, cc, h, w), (0, 3, 4, 1, 5, 2), (b, cc, h * bs, w * bs)
-        return (b, cc, bs, bs, h, w), (0, 1, 4, 2, 5, 3), (b, cc, h * bs, w * bs)
-    if h % bs or w % bs:
-        return None
-    view = (b, c, h // bs, bs, w // bs, bs)
-    perm = (0, 3, 5, 1, 2, 4) if mode == "DCR" else (0, 1, 3, 5, 2, 4)
-    return view, perm, (b, c * bs * bs, h // bs, w // bs)
-
-
-class SpaceDepth(CudaKernel):
-    """DepthToSpace / SpaceToDepth: a 6-D transpose through movement.cu's kernels."""
-
-    source = "movement"
-
-    def _mode(self, meta: Any) -> str:
-        return str(meta.attr("mode", "DCR"))
-
-    def supports(self, meta: NodeMeta) -> Support:
-        x = meta.inputs[0] if meta.inputs else None
-        s = _spec_no(x, "input")
-        if not s:
-            return s
-        if x.dtype.kind in "OUSc" or x.dtype.itemsize not in SIZES:
-            return Support.no(f"dtype {x.dtype} cannot live on cuda")
-        if len(x.shape) != 4:
-            return Support.no(f"input must be 4-D, got rank {len(x.shape)}")
-        if not meta.attr("blocksize") or int(meta.attr("blocksize")) < 1:
-            return Support.no("attribute blocksize must be >= 1")
-        if self._mode(meta) not in ("DCR", "CRD"):
-            return Support.no(f"mode {self._mode(meta)!r} must be 'DCR' or 'CRD'")
-        return Support.YES
-
-    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
-        x = meta.inputs[0]
-        if not all(isinstance(d, int) for d in x.shape):
-            return [None]
-        plan = space_depth_plan(self.key.op_type, tuple(x.shape),
-                                int(meta.attr("blocksize")), self._mode(meta))
-        return [None if plan is None else TensorSpec(x.dtype, plan[2])]
-
-    def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
-        from onnx_ep.providers.cuda.kernels import movement as mv
-
-        x, y = inputs[0], outputs[0]
-        plan = space_depth_plan(self.key.op_type, tuple(x.shape),
-                                int(ctx.node.attr("blocksize")), self._mode(ctx.node))
-        if plan is None or tuple(y.shape) != plan[2]:
-            raise self.fail(ctx, f"input {x.shape} does not fit blocksize "
-                                 f"{ctx.node.attr('blocksize')} (output {y.shape})")
-        if y.size == 0:
-            return
-        view, perm, _ = plan
-        route, w, geo = mv.transpose_plan(view, perm, x.dtype.itemsize, (x.ptr, y.ptr))
-        if route == "copy":
-            copies.copy_dtod(y.ptr, x.ptr, y.nbytes, ctx.stream)
-        elif route == "tile":
-            b, r, c = geo
-            self.launch(self.function(f"transpose_tile_x{w}", x), mv.tile_grid(b, r, c),
-                        (32, 8, 1), [(x.ptr, PTR), (y.ptr, PTR), (r, I64), (c, I64), (b, I64)],
-                        ctx.stream)
-        else:
-            nd = len(geo) // 2
-            mv._strided(self, ctx, x, x.ptr, y, w, geo[:nd], geo[nd:])
-
-
 KERNELS: list[CudaKernel] = [
     Pad("Pad", since=1),
     GatherElements("GatherElements", since=11),
+    GatherND("GatherND", since=11),
     ScatterElements("ScatterElements", since=11),
     ScatterElements("Scatter", since=9),
     ScatterND("ScatterND", since=11),

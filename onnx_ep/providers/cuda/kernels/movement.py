@@ -11,8 +11,11 @@ KV-cache append and rotary halves are one launch each, not one per input); the p
 :func:`concat_plan`.
 
 Shapes that depend on device values (Reshape's shape, Slice's starts/ends, Expand's
-shape, Tile's repeats, Split's sizes) come from the pre-bound outputs: the host never
-reads those inputs. Slice reads starts/axes/steps in the kernel.
+shape, Tile's repeats, Split's sizes, Squeeze's / Unsqueeze's axes) come from the
+pre-bound outputs: the host never reads those inputs at run time. ``infer_outputs``
+sizes the outputs from those values where the plan knows them (initializers, values
+computed from shapes: ``meta.constant(i)``; the formulas are in :mod:`.known_values`).
+Slice reads starts/axes/steps in the kernel.
 
 Gather: indices outside ``[-dim, dim)`` are not checked on cuda (the reference raises;
 a kernel cannot without a host sync, like onnxruntime's CUDA provider): the output for
@@ -28,6 +31,7 @@ import numpy as np
 
 from onnx_ep.core.kernel import ExecutionContext, NodeMeta, Support, TensorSpec
 from onnx_ep.providers.cuda import copies
+from onnx_ep.providers.cuda.kernels import known_values as kv
 from onnx_ep.providers.cuda.kernels.base import (
     BLOCK,
     I32,
@@ -186,6 +190,13 @@ class Transpose(_Movement):
 
 
 class Expand(_Movement):
+    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
+        x, target = kv.static_dims(meta.inputs[0]), kv.known_ints(meta, 1)
+        if x is None or target is None:
+            return [None]                       # the shape is a device value
+        shape = kv.expand_shape(x, target)
+        return [None if shape is None else TensorSpec(meta.inputs[0].dtype, shape)]
+
     @replayed
     def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
         x, y = inputs[0], outputs[0]
@@ -203,6 +214,13 @@ class Expand(_Movement):
 
 
 class Tile(_Movement):
+    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
+        x, repeats = kv.static_dims(meta.inputs[0]), kv.known_ints(meta, 1)
+        if x is None or repeats is None:
+            return [None]                       # the repeats are a device value
+        shape = kv.tile_shape(x, repeats)
+        return [None if shape is None else TensorSpec(meta.inputs[0].dtype, shape)]
+
     @replayed
     def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
         x, y = inputs[0], outputs[0]
@@ -299,9 +317,14 @@ class Split(_Movement):
             return unknown
         dim = x.shape[a]
         sizes: list[int] | None = None
+        split = kv.known_ints(meta, 1) if meta.opset >= 13 else None
         if meta.opset < 13 and meta.attr("split") is not None:
             sizes = [int(s) for s in meta.attr("split")]
-        elif len(meta.inputs) > 1 and meta.inputs[1] is not None:
+        elif split:                             # sizes the plan knows (empty: as if absent)
+            if any(s < 0 for s in split) or sum(split) != dim:
+                return unknown                  # the reference rejects them
+            sizes = split
+        elif len(meta.inputs) > 1 and meta.inputs[1] is not None and split is None:
             return unknown                      # sizes are on the device
         elif meta.opset >= 18 and meta.attr("num_outputs") is not None:
             chunk = -(-dim // n_out)
@@ -372,8 +395,11 @@ class Slice(_Movement):
 
     def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
         x = meta.inputs[0]
-        if meta.opset >= 10 or not all(isinstance(d, int) for d in x.shape):
+        if not all(isinstance(d, int) for d in x.shape):
             return [None]
+        if meta.opset >= 10:
+            shape = kv.slice_known_shape(meta)      # starts/ends/... the plan knows
+            return [None if shape is None else TensorSpec(x.dtype, shape)]
         plan = slice_attr_plan(x.shape, meta.attr("starts", []), meta.attr("ends", []),
                                meta.attr("axes"))
         return [None if plan is None else TensorSpec(x.dtype, tuple(plan[1]))]
@@ -490,6 +516,13 @@ class View(_Movement):
             dims = iter(x.shape)
             return [TensorSpec(x.dtype, tuple(1 if i in add else next(dims)
                                               for i in range(ro)))]
+        if op in ("Reshape", "Squeeze", "Unsqueeze") and len(meta.inputs) > 1 \
+                and meta.inputs[1] is not None:
+            value = kv.known_ints(meta, 1)
+            if value is None:
+                return [None]                   # shape / axes are a device value
+            shape = kv.view_shape(op, x.shape, value, bool(meta.attr("allowzero", 0)))
+            return [None if shape is None else TensorSpec(x.dtype, shape)]
         return [None]
 
     def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:

@@ -8,12 +8,14 @@ own tolerance (``rtol=1e-5, atol=1e-6``; float16/bfloat16 outputs: one output ul
 more, see :func:`~.base.narrow_tolerance`). Max, Min, ArgMax, ArgMin are exact.
 
 Axes: the ``axes`` attribute (opsets before 13 for ReduceSum, 18 for the others) is read
-on the host. Where ``axes`` is an input it lives on the device; the kernel then derives
-the reduced axes from the input shape and the pre-bound output shape, which needs
-``keepdims=1`` (declined otherwise). Dims of size 1 reduce to themselves, so the
-derivation is exact, except that ``noop_with_empty_axes=1`` with an empty ``axes``
-input (identity) cannot be told from a reduction over size-1 dims: declined for the ops
-where that changes values (L1, L2, SumSquare, LogSum, LogSumExp).
+on the host. Where ``axes`` is an input whose value the plan knows (an initializer, or a
+value computed from shapes: ``meta.constant(1)``), that value is used like the
+attribute, for every keepdims and noop_with_empty_axes. Otherwise it lives on the device
+only; the kernel then derives the reduced axes from the input shape and the pre-bound
+output shape, which needs ``keepdims=1`` (declined otherwise). Dims of size 1 reduce to
+themselves, so the derivation is exact, except that ``noop_with_empty_axes=1`` with an
+empty ``axes`` input (identity) cannot be told from a reduction over size-1 dims:
+declined for the ops where that changes values (L1, L2, SumSquare, LogSum, LogSumExp).
 """
 
 from __future__ import annotations
@@ -64,7 +66,16 @@ def attr_axes(meta: Any, rank: int) -> list[int] | None:
     axes = meta.attr("axes")
     if axes is None:
         return []
-    out = [normalize_axis(int(a), rank) for a in axes]
+    return checked_axes(axes, rank)
+
+
+def checked_axes(axes: Any, rank: int) -> list[int] | None:
+    """``axes`` (a list or a 1-D integer array) normalized into ``[0, rank)``; ``None`` when
+    one is out of range or repeated, or the value is not integers."""
+    arr = np.asarray(axes)
+    if arr.ndim > 1 or (arr.size and arr.dtype.kind not in "iu"):
+        return None
+    out = [normalize_axis(int(a), rank) for a in arr.reshape(-1)]
     if any(a is None for a in out) or len(set(out)) != len(out):
         return None
     return out  # type: ignore[return-value]
@@ -132,6 +143,14 @@ class Reduce(CudaKernel):
         return (meta.opset >= axes_input_since(self.key.op_type) and len(meta.inputs) > 1
                 and meta.inputs[1] is not None)
 
+    def _known_axes(self, meta: Any, rank: int) -> list[int] | None:
+        """The node's axes as written (attribute, or input 1's value the plan knows),
+        normalized; ``[]`` for none; ``None`` when invalid or on the device only."""
+        if not self._axes_from_input(meta):
+            return attr_axes(meta, rank)
+        value = meta.constant(1)
+        return None if value is None else checked_axes(value, rank)
+
     def supports(self, meta: NodeMeta) -> Support:
         x = meta.inputs[0]
         s = dtype_support(x.dtype, self.dtypes)
@@ -139,25 +158,27 @@ class Reduce(CudaKernel):
             return s
         if len(x.shape) > MAX_DIMS:
             return Support.no(f"rank {len(x.shape)} > {MAX_DIMS}")
-        if self._axes_from_input(meta):
+        if self._axes_from_input(meta) and meta.constant(1) is None:
             if not meta.attr("keepdims", 1):
-                return Support.no("axes is a device input and keepdims=0: the reduced axes "
-                                  "cannot be derived from the shapes")
+                return Support.no("axes is a device input whose value the plan does not "
+                                  "know and keepdims=0: the reduced axes cannot be derived "
+                                  "from the shapes")
             if meta.attr("noop_with_empty_axes", 0) and self.key.op_type not in \
                     _IDENTITY_ON_ONE:
-                return Support.no("axes is a device input with noop_with_empty_axes=1: an "
-                                  "empty axes (identity) cannot be told from a reduction "
-                                  "over size-1 dims")
-        elif attr_axes(meta, len(x.shape)) is None:
-            return Support.no(f"axes {meta.attr('axes')} are out of range or repeated")
+                return Support.no("axes is a device input whose value the plan does not "
+                                  "know, with noop_with_empty_axes=1: an empty axes "
+                                  "(identity) cannot be told from a reduction over size-1 "
+                                  "dims")
+        elif self._known_axes(meta, len(x.shape)) is None:
+            given = meta.constant(1) if self._axes_from_input(meta) else meta.attr("axes")
+            return Support.no(f"axes {np.asarray(given).tolist()} are out of range for rank "
+                              f"{len(x.shape)}, repeated or not integers")
         return Support.YES
 
     def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
         x = meta.inputs[0]
-        if self._axes_from_input(meta):
-            return [None]
         rank = len(x.shape)
-        axes = attr_axes(meta, rank)
+        axes = self._known_axes(meta, rank)
         if axes is None:
             return [None]
         if not axes:
@@ -175,15 +196,17 @@ class Reduce(CudaKernel):
         if y.size == 0:
             return
         node = ctx.node
-        if self._axes_from_input(node):
+        if self._axes_from_input(node) and node.constant(1) is None:
             axes = derived_axes(x.shape, y.shape)
             if axes is None:
                 raise self.fail(ctx, f"output shape {y.shape} is not a keepdims=1 "
                                      f"reduction of {x.shape}")
         else:
-            axes = attr_axes(node, x.ndim)
+            axes = self._known_axes(node, x.ndim)
             if axes is None:
-                raise self.fail(ctx, f"axes {node.attr('axes')} are out of range or repeated")
+                given = node.constant(1) if self._axes_from_input(node) else node.attr("axes")
+                raise self.fail(ctx, f"axes {np.asarray(given).tolist()} are out of range "
+                                     f"for rank {x.ndim}, repeated or not integers")
             if not axes:
                 if node.attr("noop_with_empty_axes", 0):
                     copies.copy_dtod(y.ptr, x.ptr, y.nbytes, ctx.stream)

@@ -12,6 +12,11 @@ planned one (``outputs[0].shape``). The host checks only what shapes tell: exact
 of scales and sizes is non-empty, one value per resized axis, two roi values per axis
 for tf_crop_and_resize. Values the reference would reject (scales <= 0) are not checked
 on cuda (that needs a host read): the output is then unspecified.
+
+``infer_outputs`` sizes Y from the input values the plan knows (initializers, values
+computed from shapes: ``meta.constant(i)``) with the reference's formulas
+(:mod:`.known_values`): Resize / Upsample's scales or sizes, CenterCropPad's shape,
+AffineGrid's size, Col2Im's image and block shapes.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from onnx_ep.core.kernel import ExecutionContext, NodeMeta, Parity, Support, TensorSpec
+from onnx_ep.providers.cuda.kernels import known_values as kv
 from onnx_ep.providers.cuda.kernels.base import (
     BF16,
     BLOCK,
@@ -65,8 +71,17 @@ class _ResizeFamily(CudaKernel):
 
     def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
         # Y's shape is a value (Resize's scales / sizes, CenterCropPad's shape, AffineGrid's
-        # size, Col2Im's image_shape): the plan sizes it
-        return [None]
+        # size, Col2Im's image_shape): sized here when the plan knows it, else by the plan
+        x = meta.inputs[0] if meta.inputs else None
+        if x is None or not all(isinstance(d, int) for d in x.shape):
+            return [None]
+        shape = self.output_shape(meta, tuple(int(d) for d in x.shape))
+        return [None if shape is None else TensorSpec(x.dtype, shape)]
+
+    def output_shape(self, meta: NodeMeta, x_shape: tuple[int, ...]
+                     ) -> tuple[int, ...] | None:
+        """Y's shape from the input values the plan knows, or ``None``."""
+        return None
 
     def _launch(self, ctx: ExecutionContext, symbol: str, like: Any, n: int,
                 args: list[tuple[Any, Any]]) -> None:
@@ -287,6 +302,11 @@ class Resize(_ResizeFamily):
                                   f"numpy's summation order up to {MAX_TAPS}")
         return Support.YES
 
+    def output_shape(self, meta: NodeMeta, x_shape: tuple[int, ...]
+                     ) -> tuple[int, ...] | None:
+        opts = resize_options(meta)
+        return kv.resize_known_shape(meta, x_shape, resize_axes(meta, len(x_shape), opts), opts)
+
     def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
                                outputs: Sequence[Any], workspace: Any) -> None:
         x, y = self._same_rank(ctx, inputs, outputs)
@@ -431,6 +451,10 @@ class CenterCropPad(_ResizeFamily):
             return Support.no(f"axes {axes} are out of range for rank {len(x.shape)}")
         return Support.YES
 
+    def output_shape(self, meta: NodeMeta, x_shape: tuple[int, ...]
+                     ) -> tuple[int, ...] | None:
+        return kv.crop_pad_shape(meta, x_shape)
+
     def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
                                outputs: Sequence[Any], workspace: Any) -> None:
         x, y = self._same_rank(ctx, inputs, outputs)
@@ -471,6 +495,10 @@ class AffineGrid(_ResizeFamily):
         if len(theta.shape) != 3:
             return Support.no(f"theta of rank {len(theta.shape)}: must be (N, nd, nd + 1)")
         return Support.YES
+
+    def output_shape(self, meta: NodeMeta, x_shape: tuple[int, ...]
+                     ) -> tuple[int, ...] | None:
+        return kv.affine_grid_shape(meta, x_shape)
 
     def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
                                outputs: Sequence[Any], workspace: Any) -> None:
@@ -534,6 +562,10 @@ class Col2Im(_ResizeFamily):
             return Support.no(f"input of rank {len(x.shape)} / block_shape {block.dtype}: "
                               f"cuda needs (N, C * prod(block), L) and int64 block_shape")
         return Support.YES
+
+    def output_shape(self, meta: NodeMeta, x_shape: tuple[int, ...]
+                     ) -> tuple[int, ...] | None:
+        return kv.col2im_shape(meta, x_shape)
 
     def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
                                outputs: Sequence[Any], workspace: Any) -> None:

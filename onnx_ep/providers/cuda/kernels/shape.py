@@ -13,8 +13,9 @@ Nothing is uploaded from the host, so every kernel is capture-supported:
 - Range reads start/delta, Trilu reads ``k``, through device pointers.
 
 ConstantOfShape's and Range's output sizes depend on input values: they come from the
-pre-bound outputs (sized by onnx shape inference where the inputs are constants); the
-host never reads the shape / limit inputs. Where nothing sizes them at plan time the
+pre-bound outputs (sized by onnx shape inference where the inputs are constants, and by
+``infer_outputs`` from the values the plan knows, ``meta.constant(i)``); the host never
+reads the shape / limit inputs at run time. Where nothing sizes them at plan time the
 session runs the node on the host.
 """
 
@@ -29,6 +30,7 @@ import numpy as np
 
 from onnx_ep.core.dtypes import np_dtype
 from onnx_ep.core.kernel import NodeMeta, Support, TensorSpec
+from onnx_ep.providers.cuda.kernels import known_values as kv
 from onnx_ep.providers.cuda.kernels.base import (
     BF16,
     BLOCK,
@@ -193,7 +195,10 @@ class ConstantOfShape(_Shape):
         dt = np.asarray(_constant_value(meta)).dtype
         if shape is not None and tuple(shape.shape) == (0,):
             return [TensorSpec(dt, ())]             # an empty shape: a scalar
-        return [None]                               # dims are device values
+        dims = kv.known_ints(meta, 0)
+        if dims is None or any(d < 0 for d in dims):
+            return [None]                           # dims are device values (or rejected)
+        return [TensorSpec(dt, tuple(dims))]
 
     def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
         y = outputs[0]
@@ -278,6 +283,14 @@ class Range(_Shape):
             if s.is_static and prod(s.shape) != 1:
                 return Support.no(f"{name} must be a scalar, got shape {s.shape}")
         return dtype_support(dt, RANGE_DTYPES)
+
+    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
+        values = [meta.constant(i) for i in range(3)]
+        start = meta.inputs[0] if meta.inputs else None
+        if start is None or any(v is None for v in values):
+            return [None]                           # start / limit / delta on the device
+        n = kv.range_count(*values)
+        return [None if n is None else TensorSpec(start.dtype, (n,))]
 
     def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
         start, _limit, delta = inputs
