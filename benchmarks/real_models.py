@@ -54,6 +54,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import inspect
 import io
 import json
 import statistics
@@ -85,6 +86,9 @@ class Exportable:
     args: tuple[Any, ...]               # torch tensors, in input_names order
     input_names: list[str]
     output_names: list[str]
+    #: symbolic dims, as exported models ship them (``{input or output: {axis: name}}``);
+    #: size-1 dims stay static (the exporter specialises them)
+    dynamic_axes: dict[str, dict[int, str]] | None = None
 
 
 @attrs.frozen
@@ -138,9 +142,13 @@ def _qwen2(seq: int) -> Exportable:
     past = [torch.randn(1, cfg.num_key_value_heads, PAST, head_dim, generator=g)
             for _ in range(2 * LLM_LAYERS)]
     kv = [f"{kind}_{i}" for i in range(LLM_LAYERS) for kind in ("key", "value")]
+    dyn: dict[str, dict[int, str]] = {"attention_mask": {1: "total"}}
+    dyn |= {f"past_{n}": {2: "past"} for n in kv} | {f"present_{n}": {2: "total"} for n in kv}
+    if seq > 1:
+        dyn |= {"input_ids": {1: "seq"}, "position_ids": {1: "seq"}, "logits": {1: "seq"}}
     return Exportable(FlatCache().eval(), (ids, mask, pos, *past),
                       ["input_ids", "attention_mask", "position_ids"] + [f"past_{n}" for n in kv],
-                      ["logits"] + [f"present_{n}" for n in kv])
+                      ["logits"] + [f"present_{n}" for n in kv], dyn)
 
 
 def _bert() -> Exportable:
@@ -170,7 +178,9 @@ def _bert() -> Exportable:
     types[:, seq // 2:] = 1
     return Exportable(Encoder().eval(), (ids, mask, types),
                       ["input_ids", "attention_mask", "token_type_ids"],
-                      ["last_hidden_state", "pooler_output"])
+                      ["last_hidden_state", "pooler_output"],
+                      {n: {1: "seq"} for n in ("input_ids", "attention_mask", "token_type_ids",
+                                               "last_hidden_state")})
 
 
 def _vit() -> Exportable:
@@ -281,14 +291,25 @@ def export(ex: Exportable, path: Path) -> dict[str, Any]:
     """
     import torch
 
-    kw = {"input_names": ex.input_names, "output_names": ex.output_names}
+    kw: dict[str, Any] = {"input_names": ex.input_names, "output_names": ex.output_names}
+    dyn: dict[str, Any] = {}
+    if ex.dynamic_axes:
+        # torch.export infers how the dims relate (total = past + seq) with Dim.AUTO
+        auto = torch.export.Dim.AUTO
+        shapes = [{a: auto for a in ex.dynamic_axes.get(n, {})} or None
+                  for n in ex.input_names]
+        params = inspect.signature(ex.module.forward).parameters.values()
+        fixed = sum(1 for p in params if p.kind is not p.VAR_POSITIONAL)
+        if fixed < len(shapes):      # forward(a, b, *rest): the rest is one tuple input
+            shapes = [*shapes[:fixed], tuple(shapes[fixed:])]
+        dyn = {"dynamic_shapes": tuple(shapes)}
     log = io.StringIO()          # the exporters' progress lines, kept out of the table
     t0 = time.perf_counter()
     dynamo_error = None
     try:
         with torch.no_grad(), contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
             torch.onnx.export(ex.module, ex.args, str(path), dynamo=True, external_data=False,
-                              **kw)
+                              **kw, **dyn)
         exporter = "dynamo"
     except Exception as exc:
         dynamo_error = f"{type(exc).__name__}: {exc}"[:2000]
@@ -296,7 +317,7 @@ def export(ex: Exportable, path: Path) -> dict[str, Any]:
             with (torch.no_grad(), contextlib.redirect_stdout(log),
                   contextlib.redirect_stderr(log)):
                 torch.onnx.export(ex.module, ex.args, str(path), dynamo=False,
-                                  opset_version=17, **kw)
+                                  opset_version=17, dynamic_axes=ex.dynamic_axes, **kw)
         except Exception as exc2:
             raise RuntimeError(f"dynamo exporter: {dynamo_error[:600]}; TorchScript exporter: "
                                f"{type(exc2).__name__}: {exc2}"[:1500]) from exc2
