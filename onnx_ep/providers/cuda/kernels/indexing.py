@@ -119,6 +119,16 @@ class _Indexing(CudaKernel):
             return Support.no(f"{what} rank {len(spec.shape)} > {MAX_DIMS}")
         return Support.YES
 
+    def _indexed(self, meta: NodeMeta, what: str) -> Support:
+        """The data input is sized and input 1 is an integer tensor of indices."""
+        s = self._sized(meta.inputs[0] if meta.inputs else None)
+        if not s:
+            return s
+        idx = _input(meta.inputs, 1)
+        if idx is None or idx.dtype not in INDEX_TYPES:
+            return Support.no(f"indices must be {what}")
+        return Support.YES
+
     def _typed(self, meta: NodeMeta, allowed: frozenset[np.dtype], family: str) -> Support:
         """The data input is sized and its dtype is one ``family``'s kernels instantiate."""
         x = meta.inputs[0] if meta.inputs else None
@@ -227,14 +237,8 @@ class Pad(_Indexing):
 
 class GatherElements(_Indexing):
     def supports(self, meta: NodeMeta) -> Support:
-        x = meta.inputs[0] if meta.inputs else None
-        s = self._sized(x)
-        if not s:
-            return s
-        idx = _input(meta.inputs, 1)
-        if idx is None or idx.dtype not in INDEX_TYPES:
-            return Support.no("indices must be int32 or int64")
-        return _elementwise_indices(meta)
+        s = self._indexed(meta, "int32 or int64")
+        return _elementwise_indices(meta) if s else s
 
     def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
         return [TensorSpec(meta.inputs[0].dtype, meta.inputs[1].shape)]
@@ -295,13 +299,10 @@ class GatherND(_Indexing):
         return int(meta.attr("batch_dims", 0)) if meta.opset >= 12 else 0
 
     def supports(self, meta: NodeMeta) -> Support:
-        x = meta.inputs[0] if meta.inputs else None
-        s = self._sized(x)
+        s = self._indexed(meta, "an int64 (or int32) tensor")
         if not s:
             return s
-        idx = _input(meta.inputs, 1)
-        if idx is None or idx.dtype not in INDEX_TYPES:
-            return Support.no("indices must be an int64 (or int32) tensor")
+        x, idx = meta.inputs[0], meta.inputs[1]
         b = self._batch_dims(meta)
         if not idx.shape:
             return Support.no("indices must have rank >= 1")

@@ -24,7 +24,7 @@ such an index is unspecified (currently zeros; the kernel never reads out of bou
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -189,13 +189,19 @@ class Transpose(_Movement):
             _strided(self, ctx, x, x.ptr, y, w, geo[:nd], geo[nd:])
 
 
+def _sized_by_value(meta: NodeMeta, shape_of: Callable[..., Any]) -> list[TensorSpec | None]:
+    """Output 0 as ``shape_of(input 0's dims, the known ints of input 1)``: unsized while
+    input 1 is a device value (or ``shape_of`` rejects it, as the reference would)."""
+    x, value = kv.static_dims(meta.inputs[0]), kv.known_ints(meta, 1)
+    if x is None or value is None:
+        return [None]
+    shape = shape_of(x, value)
+    return [None if shape is None else TensorSpec(meta.inputs[0].dtype, shape)]
+
+
 class Expand(_Movement):
     def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
-        x, target = kv.static_dims(meta.inputs[0]), kv.known_ints(meta, 1)
-        if x is None or target is None:
-            return [None]                       # the shape is a device value
-        shape = kv.expand_shape(x, target)
-        return [None if shape is None else TensorSpec(meta.inputs[0].dtype, shape)]
+        return _sized_by_value(meta, kv.expand_shape)
 
     @replayed
     def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
@@ -215,11 +221,7 @@ class Expand(_Movement):
 
 class Tile(_Movement):
     def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
-        x, repeats = kv.static_dims(meta.inputs[0]), kv.known_ints(meta, 1)
-        if x is None or repeats is None:
-            return [None]                       # the repeats are a device value
-        shape = kv.tile_shape(x, repeats)
-        return [None if shape is None else TensorSpec(meta.inputs[0].dtype, shape)]
+        return _sized_by_value(meta, kv.tile_shape)
 
     @replayed
     def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
