@@ -171,23 +171,26 @@ def gather_nd_replay(x, idx, b, ptrs=(0, 0)):
         x.shape, idx.shape, b, x.dtype.itemsize, ptrs)
     units = np.ascontiguousarray(x).reshape(-1).view(np.uint8).reshape(-1, w) if x.size \
         else np.zeros((0, w), np.uint8)
-    sizes, strides = g.dims()
-    tuples = idx.reshape(-1).astype(np.int64)
     y = np.zeros((n, w), np.uint8)
-    for i in range(n):
+    _gather_nd_units(units, idx.reshape(-1).astype(np.int64), y, g, per_batch, batch_stride,
+                     inner)
+    return y.reshape(-1).view(x.dtype).reshape(out_shape), w
+
+
+def _gather_nd_units(units, tuples, out, g, per_batch, batch_stride, inner):
+    """The kernel's loop: output unit ``i`` is the data unit its index tuple names, or
+    zeros when an entry is out of range."""
+    sizes, strides = g.dims()
+    for i in range(len(out)):
         q, c = divmod(i, inner)
         off = (q // per_batch) * batch_stride + c
         inside = True
         for d in range(g.ndim):
             a = int(tuples[q * g.ndim + d])
             a = a + sizes[d] if a < 0 else a
-            if not 0 <= a < sizes[d]:
-                inside = False
-                break
+            inside = inside and 0 <= a < sizes[d]
             off += a * strides[d]
-        if inside:
-            y[i] = units[off]
-    return y.reshape(-1).view(x.dtype).reshape(out_shape), w
+        out[i] = units[off] if inside else 0
 
 
 GATHER_ND_CASES = [
@@ -288,17 +291,7 @@ def _gather_nd_launch(mem, symbol, args):
     units = mem[x:].view(np.uint8).reshape(-1, w)
     out = mem[y:y + n * w].reshape(n, w)
     tuples = mem[idx:].view(np.int64 if idx64 else np.int32)
-    sizes, strides = g.dims()
-    for i in range(n):
-        q, c = divmod(i, inner)
-        off = (q // per_batch) * batch_stride + c
-        inside = True
-        for d in range(g.ndim):
-            a = int(tuples[q * g.ndim + d])
-            a = a + sizes[d] if a < 0 else a
-            inside = inside and 0 <= a < sizes[d]
-            off += a * strides[d]
-        out[i] = units[off] if inside else 0
+    _gather_nd_units(units, tuples, out, g, per_batch, batch_stride, inner)
 
 
 @pytest.mark.parametrize("data,indices,b", GATHER_ND_CASES[:6])
