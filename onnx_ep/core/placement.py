@@ -226,7 +226,7 @@ def place(graph: Graph, registry: KernelRegistry, providers: Sequence[str],
         inputs = tuple(on(n, prov.device) for n in node.inputs)
         # subgraphs run on the host, so the values they read from this scope must be there
         implicit = tuple(on(n, HOST) for n in node.implicit_inputs)
-        if prov.device == HOST and declined:
+        if prov.device == HOST and declined:      # (a promoted node is not on the host)
             fallbacks.append((node.name, f"{node.domain or 'ai.onnx'}::{node.op_type}",
                               sel.provider, "; ".join(f"{p}: {why}" for p, why in declined)
                               + (" (asked again at each signature)" if deferred else "")))

@@ -514,7 +514,8 @@ def plan_signature(program: Program, signature: tuple[Any, ...],
                                                   or not specs[name].is_static):
                     specs[name] = spec
             meta = node_meta(placed.node, graph, specs, known)
-        if placed.deferred and _supports(placed.deferred_kernel, meta):
+        if placed.deferred and not placed.promoted and _supports(placed.deferred_kernel,
+                                                                  meta):
             promotable.append(placed.node.name)
         if known or placed.promoted:
             metas[i] = (meta, kernel if placed.promoted else None)
