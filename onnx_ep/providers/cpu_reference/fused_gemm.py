@@ -113,6 +113,20 @@ def fused_matmul_operand(x: np.ndarray, trans: bool, trans_batch: bool) -> np.nd
     return x
 
 
+def _two_products_inputs(meta: NodeMeta, op: str) -> Support:
+    """Inputs A and B of a fused product: two, A of a known product dtype, B the same."""
+    if len(meta.inputs) != 2:
+        return Support.no(f"{op} takes 2 inputs (A, B), got {len(meta.inputs)}")
+    a, b = meta.inputs
+    if a is None:
+        return Support.no("input A is not a tensor of known dtype")
+    if a.dtype not in MATMUL_ADD_DTYPES:
+        return Support.no(f"A dtype {a.dtype} is not one of {_names(MATMUL_ADD_DTYPES)}")
+    if b is not None and b.dtype != a.dtype:
+        return Support.no(f"input B is {b.dtype} but A is {a.dtype}; they must match")
+    return Support.YES
+
+
 def fused_matmul_flags(ctx: ExecutionContext) -> dict[str, bool]:
     """transA, transB, transBatchA, transBatchB of the node (default 0, non-zero is true)."""
     return {name: bool(ctx.node.attr(name, 0)) for name in FUSED_MATMUL_FLAGS}
@@ -127,16 +141,7 @@ class FusedMatMul(CpuKernel):
         super().__init__("FusedMatMul", since=1, domain=MS_DOMAIN, dtypes=MATMUL_ADD_DTYPES)
 
     def supports(self, meta: NodeMeta) -> Support:
-        if len(meta.inputs) != 2:
-            return Support.no(f"FusedMatMul takes 2 inputs (A, B), got {len(meta.inputs)}")
-        a, b = meta.inputs
-        if a is None:
-            return Support.no("input A is not a tensor of known dtype")
-        if a.dtype not in MATMUL_ADD_DTYPES:
-            return Support.no(f"A dtype {a.dtype} is not one of {_names(MATMUL_ADD_DTYPES)}")
-        if b is not None and b.dtype != a.dtype:
-            return Support.no(f"input B is {b.dtype} but A is {a.dtype}; they must match")
-        return Support.YES
+        return _two_products_inputs(meta, "FusedMatMul")
 
     def run(self, ctx: ExecutionContext, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         a, b = np.asarray(a), np.asarray(b)
@@ -184,14 +189,7 @@ class GroupedMatMul(CpuKernel):
                          dtypes=MATMUL_ADD_DTYPES)
 
     def supports(self, meta: NodeMeta) -> Support:
-        if len(meta.inputs) != 2 or meta.inputs[0] is None:
-            return Support.no("GroupedMatMul takes 2 tensor inputs (A, B)")
-        a, b = meta.inputs
-        if a.dtype not in MATMUL_ADD_DTYPES:
-            return Support.no(f"A dtype {a.dtype} is not one of {_names(MATMUL_ADD_DTYPES)}")
-        if b is not None and b.dtype != a.dtype:
-            return Support.no(f"input B is {b.dtype} but A is {a.dtype}; they must match")
-        return Support.YES
+        return _two_products_inputs(meta, "GroupedMatMul")
 
     def run(self, ctx: ExecutionContext, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         a, b = np.asarray(a), np.asarray(b)

@@ -344,15 +344,23 @@ class FusedMatMul(FloatKernel):
         a, b = meta.inputs
         if len(a.shape) == 0 or len(b.shape) == 0:
             return Support.no("FusedMatMul needs inputs of rank >= 1")
-        sa, sb = static_shape(a), static_shape(b)
-        if sa is not None and sb is not None:
-            try:
-                self.geometry(meta, sa, sb, a.dtype)
-            except NodeError as e:
-                return Support.no(e.detail)
-            return Support.YES
+        static = self._static_check(meta)
+        if static is not None:
+            return static
         why = symbolic_fused_problem(a.shape, b.shape)
         return Support.no(why) if why else Support.YES
+
+    def _static_check(self, meta: NodeMeta) -> Support | None:
+        """With both shapes static, whether :meth:`geometry` takes them; else None."""
+        a, b = meta.inputs
+        sa, sb = static_shape(a), static_shape(b)
+        if sa is None or sb is None:
+            return None
+        try:
+            self.geometry(meta, sa, sb, a.dtype)
+        except NodeError as e:
+            return Support.no(e.detail)
+        return Support.YES
 
     def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
         a, b = meta.inputs
@@ -430,13 +438,9 @@ class GroupedMatMul(FusedMatMul):
         if len(meta.inputs) != 2 or any(s is None for s in meta.inputs):
             return Support.no("GroupedMatMul takes 2 inputs (A, B) of known type")
         a, b = meta.inputs
-        sa, sb = static_shape(a), static_shape(b)
-        if sa is not None and sb is not None:
-            try:
-                self.geometry(meta, sa, sb, a.dtype)
-            except NodeError as e:
-                return Support.no(e.detail)
-            return Support.YES
+        static = self._static_check(meta)
+        if static is not None:
+            return static
         h, g = (a.shape[-3], b.shape[-3]) if min(len(a.shape), len(b.shape)) >= 3 else (0, 0)
         if len(a.shape) != len(b.shape) or not isinstance(h, int) or not isinstance(g, int) \
                 or not g or h % g:
