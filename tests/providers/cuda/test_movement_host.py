@@ -18,6 +18,7 @@ import pytest
 from onnx_ep.core.kernel import NodeMeta, Parity, TensorSpec
 from onnx_ep.providers.cuda.kernels import movement as mv
 from onnx_ep.providers.cuda.kernels.base import Geo, contiguous_strides
+from tests.helpers.byte_memory import ByteMemory
 
 
 def _units(x: np.ndarray, width: int) -> np.ndarray:
@@ -200,38 +201,10 @@ def test_geo_struct_layout_matches_the_cuda_struct():
 # them, in a numpy "device memory" whose addresses the tests choose, so widths, pointers,
 # offsets and pitches are all checked against numpy.concatenate byte for byte.
 
-_UNIT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64, 16: np.dtype("V16")}
 _CU = Path(mv.__file__).with_name("movement.cu").read_text()
 
 
-class _Memory:
-    """Byte-addressed memory; each tensor lands ``skew`` bytes past a 256-byte boundary."""
-
-    def __init__(self) -> None:
-        self.bytes = np.zeros(1 << 22, np.uint8)
-        self.top = 256
-
-    def tensor(self, array: np.ndarray, skew: int = 0) -> _Tensor:
-        t = _Tensor(self, self.top + skew, array.dtype, array.shape)
-        t.array()[...] = array
-        self.top += -(-(skew + max(t.nbytes, 1)) // 256) * 256
-        return t
-
-    def units(self, width: int) -> np.ndarray:
-        return self.bytes.view(_UNIT[width])
-
-
-class _Tensor:
-    def __init__(self, mem: _Memory, ptr: int, dtype, shape) -> None:
-        self.mem, self.ptr, self.dtype, self.shape = mem, ptr, np.dtype(dtype), tuple(shape)
-        self.size = int(np.prod(self.shape, dtype=np.int64))
-        self.ndim, self.nbytes, self.device = len(self.shape), self.size * self.dtype.itemsize, 0
-
-    def array(self) -> np.ndarray:
-        return self.mem.bytes[self.ptr:self.ptr + self.nbytes].view(self.dtype).reshape(self.shape)
-
-
-def _replay_concat(mem: _Memory, width: int, table: mv.CatInputs, dst: int, pitch: int,
+def _replay_concat(mem: ByteMemory, width: int, table: mv.CatInputs, dst: int, pitch: int,
                    rows: int) -> None:
     """What ``concat_x<width>(table, dst, pitch, rows)`` writes, thread by thread."""
     n = table.n
@@ -248,7 +221,7 @@ def _replay_concat(mem: _Memory, width: int, table: mv.CatInputs, dst: int, pitc
     u[dst // width + r * pitch + j] = u[src[k] // width + r * span + (j - begin)]
 
 
-def _replay_copy2d(mem: _Memory, width: int, src: int, sp: int, dst: int, dp: int,
+def _replay_copy2d(mem: ByteMemory, width: int, src: int, sp: int, dst: int, dp: int,
                    rows: int, cols: int) -> None:
     assert src % width == 0 and dst % width == 0, "unaligned access"
     i = np.arange(rows * cols)
@@ -257,7 +230,7 @@ def _replay_copy2d(mem: _Memory, width: int, src: int, sp: int, dst: int, dp: in
     u[dst // width + r * dp + j] = u[src // width + r * sp + j]
 
 
-def _replay_plan(mem: _Memory, itemsize: int, plan: list[mv.ConcatGroup]) -> None:
+def _replay_plan(mem: ByteMemory, itemsize: int, plan: list[mv.ConcatGroup]) -> None:
     for g in plan:
         if len(g.srcs) == 1:
             f = g.width // itemsize
@@ -304,7 +277,7 @@ def test_concat_plan_reproduces_numpy_concatenate(dtype, shapes, axis, skew):
     xs = _pieces(shapes, dtype)
     want = np.concatenate(xs, axis=axis)
     es = np.dtype(dtype).itemsize
-    mem = _Memory()
+    mem = ByteMemory()
     # skew moves every other input off its boundary, in whole elements
     ins = [mem.tensor(x, (skew * es) if k % 2 else 0) for k, x in enumerate(xs)]
     y = mem.tensor(np.zeros(want.shape, want.dtype))
@@ -387,10 +360,10 @@ def test_every_concat_width_is_instantiated():
 
 @pytest.fixture
 def emulated(monkeypatch):
-    """Concat's launches and copies replayed in a :class:`_Memory`; returns (memory, log)."""
+    """Concat's launches and copies replayed in a :class:`ByteMemory`; returns (memory, log)."""
     from onnx_ep.providers.cuda import copies
 
-    mem, log = _Memory(), []
+    mem, log = ByteMemory(), []
 
     def launch(self, fn, grid, block, args, stream, shared=0):
         op, _, sfx = fn.rpartition("_x")

@@ -19,6 +19,7 @@ import pytest
 from onnx_ep.core.kernel import OpKey, Parity, TensorSpec
 from onnx_ep.providers.cpu_reference import shape as ref_shape
 from onnx_ep.providers.cuda.kernels import shape as sh
+from tests.helpers.byte_memory import ByteMemory
 from tests.helpers.host_meta import by_op, spec_meta
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -248,37 +249,12 @@ def test_the_family_is_registered():
 # execute_with_workspace runs against tensors in a numpy "device memory" and a launch that
 # replays shape.cu's kernels, so argument order, pointers and symbols are checked here.
 
-class _Memory:
-    def __init__(self) -> None:
-        self.bytes = np.zeros(1 << 16, np.uint8)
-        self.top = 256
-
-    def tensor(self, array: np.ndarray) -> _Tensor:
-        t = _Tensor(self, self.top, array.dtype, array.shape)
-        t.array()[...] = array
-        self.top += -(-max(t.nbytes, 1) // 256) * 256
-        return t
-
-    def empty(self, dtype, shape) -> _Tensor:
-        return self.tensor(np.zeros(shape, dtype))
-
-
-class _Tensor:
-    def __init__(self, mem: _Memory, ptr: int, dtype, shape) -> None:
-        self.mem, self.ptr, self.dtype, self.shape = mem, ptr, np.dtype(dtype), tuple(shape)
-        self.size = int(np.prod(self.shape, dtype=np.int64))
-        self.ndim, self.nbytes, self.device = len(self.shape), self.size * self.dtype.itemsize, 0
-
-    def array(self) -> np.ndarray:
-        return self.mem.bytes[self.ptr:self.ptr + self.nbytes].view(self.dtype).reshape(self.shape)
-
-
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _RANGE = {"f32": np.float32, "f64": np.float64, "f16": np.float16, "bf16": BF16,
           "i64": np.int64, "i32": np.int32, "i16": np.int16}
 
 
-def _replay(mem: _Memory, symbol: str, grid, block, args) -> None:
+def _replay(mem: ByteMemory, symbol: str, grid, block, args) -> None:
     vals = [a[0] for a in args]
     at = mem.bytes
 
@@ -326,7 +302,7 @@ def _replay(mem: _Memory, symbol: str, grid, block, args) -> None:
 
 @pytest.fixture
 def emulated(monkeypatch):
-    mem = _Memory()
+    mem = ByteMemory(1 << 16)
     monkeypatch.setattr(sh._Shape, "function", lambda self, symbol, tensor: symbol)
     monkeypatch.setattr(sh._Shape, "launch",
                         lambda self, fn, grid, block, args, stream, shared=0: _replay(
