@@ -160,6 +160,15 @@ def checked_index(ctx: ExecutionContext, idx: np.ndarray, dim: int, what: str) -
     return np.where(idx < 0, idx + dim, idx)
 
 
+def broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    """Whether an operand of ``shape`` broadcasts to ``target`` without enlarging it (a bias
+    or a scale added into a result keeps the result's shape)."""
+    try:
+        return np.broadcast_shapes(shape, target) == tuple(target)
+    except ValueError:
+        return False
+
+
 def check_same_dtype(kernel: CpuKernel, ctx: ExecutionContext,
                      **arrays: np.ndarray | None) -> np.dtype:
     """The common dtype of the given (present) inputs, or a NodeError naming the odd one."""

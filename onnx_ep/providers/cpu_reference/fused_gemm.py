@@ -37,7 +37,7 @@ import numpy as np
 
 from onnx_ep.core.fusion import FUSED_DOMAIN
 from onnx_ep.core.kernel import ExecutionContext, NodeMeta, Support
-from onnx_ep.providers.cpu_reference.base import CpuKernel
+from onnx_ep.providers.cpu_reference.base import CpuKernel, broadcasts_to
 from onnx_ep.providers.cpu_reference.dot import wide
 from onnx_ep.providers.cpu_reference.gemm import MATMUL_PARITY, _matmul_shape_error
 from onnx_ep.providers.cpu_reference.lowfloat import round_to
@@ -92,11 +92,7 @@ class MatMulAdd(CpuKernel):
         if why:
             raise self.fail(ctx, why)
         product = np.matmul(wide(a), wide(b))
-        try:
-            fits = np.broadcast_shapes(bias.shape, product.shape) == product.shape
-        except ValueError:
-            fits = False
-        if not fits:
+        if not broadcasts_to(bias.shape, product.shape):
             raise self.fail(ctx, f"bias of shape {bias.shape} does not broadcast to the MatMul "
                                  f"output {product.shape} (the sum must keep the product's "
                                  f"shape)")

@@ -19,7 +19,12 @@ from typing import Any
 import numpy as np
 
 from onnx_ep.core.kernel import ExecutionContext
-from onnx_ep.providers.cpu_reference.base import CpuKernel, check_same_dtype, normalize_axis
+from onnx_ep.providers.cpu_reference.base import (
+    CpuKernel,
+    broadcasts_to,
+    check_same_dtype,
+    normalize_axis,
+)
 from onnx_ep.providers.cpu_reference.formats import BFLOAT16, source_value
 from onnx_ep.providers.cpu_reference.lowfloat import float_compute, round_to, stash_dtype, upcast
 from onnx_ep.providers.cpu_reference.softmax import NORM_PARITY, SOFTMAX_PARITY, softmax_view
@@ -245,11 +250,7 @@ class SimplifiedLayerNormalization(CpuKernel):
         stash = int(ctx.node.attr("stash_type", 1))
         if stash not in (1, 11):
             raise self.fail(ctx, f"stash_type must be 1 (float) or 11 (double), got {stash}")
-        try:
-            fits = np.broadcast_shapes(scale.shape, x.shape) == x.shape
-        except ValueError:
-            fits = False
-        if not fits:
+        if not broadcasts_to(scale.shape, x.shape):
             raise self.fail(ctx, f"scale of shape {scale.shape} does not broadcast to X's "
                                  f"shape {x.shape}")
         eps = float(ctx.node.attr("epsilon", 1e-5))
