@@ -12,6 +12,7 @@ from onnx_ep import Session, SessionOptions
 from onnx_ep.core.kernel import Parity
 from onnx_ep.providers.cuda.kernels import movement as mv
 from tests.helpers.cuda_family import FLOATS, check, model, random
+from tests.providers.cuda.test_movement_host import CONCAT_CASES as HOST_CONCAT_CASES
 
 pytestmark = pytest.mark.cuda
 EXACT = Parity.EXACT
@@ -144,21 +145,8 @@ def _concat_on_cuda(xs, axis) -> None:
         assert got.tobytes() == want.tobytes()
 
 
-CONCAT_CASES = [
-    # 1, 2, 3, 9 and 20 inputs; empty inputs mixed in; axis 0 / middle / last; odd rows
-    # (1- and 2-byte elements) and wide ones
-    ([(2, 3, 4)], 1),
-    ([(2, 3, 4), (2, 5, 4)], 1),
-    ([(3, 5, 7), (3, 5, 1), (3, 5, 3)], -1),
-    ([(2, 3), (5, 3), (1, 3)], 0),
-    ([(2, k, 3) for k in (1, 2, 0, 3, 1, 4, 0, 2, 5)], 1),
-    ([(k,) for k in (1, 1, 2, 0, 1, 3, 1, 1, 0, 1, 4, 1, 1, 1, 2, 1, 0, 1, 1, 1)], 0),
-    ([(3, k % 4, 5) for k in range(20)], 1),
-    ([(4, 1, 2)] * 17, 1),
-    ([(3, 8)] * 16 + [(3, 1)], 1),
-    ([(0, 4), (3, 4), (0, 4), (2, 4)], 0),
-    ([(2, 0, 4), (2, 3, 4), (2, 0, 4)], 1),
-]
+# the host test replays the same cases on numpy memory
+CONCAT_CASES = HOST_CONCAT_CASES
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
