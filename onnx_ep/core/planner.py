@@ -23,7 +23,6 @@ from onnx_ep.core.graph import Graph, infer, infer_node
 from onnx_ep.core.kernel import (
     ExecutionContext,
     NodeMeta,
-    Support,
     TensorSpec,
     WorkspaceLifetime,
     WorkspaceRequirement,
@@ -32,7 +31,7 @@ from onnx_ep.core.kernel import (
 from onnx_ep.core.memory import align_up
 from onnx_ep.core.placement import HOST as HOST_DEVICE
 from onnx_ep.core.placement import CopyStep, PlacedNode, Placement, node_meta
-from onnx_ep.core.registry import bind_kernel
+from onnx_ep.core.registry import ask_supports, bind_kernel
 from onnx_ep.errors import KernelContractError
 
 #: a step's kind
@@ -490,7 +489,7 @@ def plan_signature(program: Program, signature: tuple[Any, ...],
         meta = node_meta(placed.node, graph, specs, known)
         kernel = placed.kernel
         if placed.promoted:
-            verdict = _supports(kernel, meta)
+            verdict = ask_supports(kernel, meta)
             if not verdict:
                 declined[placed.node.name] = verdict.reason
                 per_step.append(WorkspaceRequirement.NONE)
@@ -514,7 +513,7 @@ def plan_signature(program: Program, signature: tuple[Any, ...],
                                                   or not specs[name].is_static):
                     specs[name] = spec
             meta = node_meta(placed.node, graph, specs, known)
-        if placed.deferred and not placed.promoted and _supports(placed.deferred_kernel,
+        if placed.deferred and not placed.promoted and ask_supports(placed.deferred_kernel,
                                                                   meta):
             promotable.append(placed.node.name)
         if known or placed.promoted:
@@ -543,15 +542,6 @@ def plan_signature(program: Program, signature: tuple[Any, ...],
                          device_constants={s: v for s, v in program.folded.items()
                                            if s in folded.device_slots},
                          promotable=tuple(promotable), declined=declined)
-
-
-def _supports(kernel: Any, meta: NodeMeta) -> Support:
-    supports = getattr(kernel, "supports", None)
-    verdict = supports(meta) if supports is not None else Support.YES
-    if not isinstance(verdict, Support):
-        raise KernelContractError(f"{kernel!r}.supports() returned {type(verdict).__name__}, "
-                                  f"expected onnx_ep.Support")
-    return verdict
 
 
 def workspace_views(ws: WorkspacePlan, session_view: Any,

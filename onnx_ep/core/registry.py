@@ -111,18 +111,7 @@ class KernelRegistry:
                 tried[p] = (f"kernels only from opset {older[-1].since}" if older
                             else "no kernel")
                 continue
-            supports = getattr(entry.kernel, "supports", None)
-            try:
-                verdict = supports(meta) if supports is not None else Support.YES
-            except Exception as exc:
-                raise KernelContractError(
-                    f"{entry.kernel!r}.supports() raised {type(exc).__name__}: {exc} for node "
-                    f"{meta.name!r}; supports() must return Support.no(reason) instead",
-                    plugin=entry.plugin) from exc
-            if not isinstance(verdict, Support):
-                raise KernelContractError(
-                    f"{entry.kernel!r}.supports() returned {type(verdict).__name__}, "
-                    f"expected onnx_ep.Support", plugin=entry.plugin)
+            verdict = ask_supports(entry.kernel, meta, entry.plugin)
             if verdict:
                 return Selection(p, entry.kernel, entry, tuple(tried.items()))
             tried[p] = f"rejected: {verdict.reason}"
@@ -148,6 +137,26 @@ class KernelRegistry:
         """Names of providers that can run here, highest priority first."""
         ok = [p for p in self.providers.values() if p.is_available()]
         return [p.name for p in sorted(ok, key=lambda p: -p.priority)]
+
+
+def ask_supports(kernel: Any, meta: NodeMeta, plugin: str = "") -> Support:
+    """``kernel.supports(meta)`` (YES when the kernel has none), held to its contract.
+
+    :raises KernelContractError: it raised, or returned something other than a Support.
+    """
+    supports = getattr(kernel, "supports", None)
+    try:
+        verdict = supports(meta) if supports is not None else Support.YES
+    except Exception as exc:
+        raise KernelContractError(
+            f"{kernel!r}.supports() raised {type(exc).__name__}: {exc} for node "
+            f"{meta.name!r}; supports() must return Support.no(reason) instead",
+            plugin=plugin) from exc
+    if not isinstance(verdict, Support):
+        raise KernelContractError(
+            f"{kernel!r}.supports() returned {type(verdict).__name__}, "
+            f"expected onnx_ep.Support", plugin=plugin)
+    return verdict
 
 
 def bind_kernel(kernel: Kernel, meta: NodeMeta) -> Kernel:

@@ -27,6 +27,10 @@ from onnx_ep.errors import PlanError
 
 log = logging.getLogger("onnx_ep")
 
+#: why a device node that declined nothing is sent back to the host at a signature
+UNSIZED = ("an input or output size is unknown at plan time (it depends on values computed "
+           "on the device)")
+
 
 def plan_with_host_fallback(build: Any, signature: tuple[Any, ...],
                             specs: dict[str, TensorSpec | None], device: str,
@@ -45,27 +49,24 @@ def plan_with_host_fallback(build: Any, signature: tuple[Any, ...],
         node names sent back to the host, then a ``{name: reason}`` dict, before each
         re-plan (it may raise). :param host_kernels: as :func:`plan_signature`'s.
     """
+    def plan_at(host_only: frozenset[str], promoted: frozenset[str]) -> ExecutionPlan:
+        return plan_signature(build(host_only, promoted), signature, dict(specs), device,
+                              host_kernels=host_kernels)
+
     host_only: frozenset[str] = frozenset()
     promoted: frozenset[str] = frozenset()
-    plan = plan_signature(build(host_only, promoted), signature, dict(specs), device,
-                          host_kernels=host_kernels)
+    plan = plan_at(host_only, promoted)
     if plan.promotable:
         promoted = frozenset(plan.promotable)
-        plan = plan_signature(build(host_only, promoted), signature, dict(specs), device,
-                              host_kernels=host_kernels)
+        plan = plan_at(host_only, promoted)
     back: dict[str, str] = {}
     while unsized := unsized_device_steps(plan, device):
-        back.update((n, plan.declined.get(
-            n, "an input or output size is unknown at plan time (it depends on values "
-               "computed on the device)")) for n in unsized)
+        why = {n: plan.declined.get(n, UNSIZED) for n in unsized}
+        back.update(why)
         if on_fallback is not None:
-            on_fallback(unsized, {n: plan.declined.get(
-                n, "an input or output size is unknown at plan time (it depends on values "
-                   "computed on the device)")
-                                  for n in unsized})
+            on_fallback(unsized, why)
         host_only |= frozenset(unsized)
-        plan = plan_signature(build(host_only, promoted), signature, dict(specs), device,
-                              host_kernels=host_kernels)
+        plan = plan_at(host_only, promoted)
     plan.promoted = tuple(n for n in promoted if n not in host_only)
     plan.sent_back = back
     return plan
