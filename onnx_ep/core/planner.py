@@ -502,12 +502,10 @@ def plan_signature(program: Program, signature: tuple[Any, ...],
             # else onnx's inference of this node alone, now that its inputs are sized
             infer = getattr(kernel, "infer_outputs", None)
             got = list(infer(meta)) if infer is not None else []
-            if len(got) < len(meta.outputs) or any(o is None for o in got):
+            got += [None] * (len(meta.outputs) - len(got))
+            if any(g is None for g in got):
                 alone = infer_node(placed.node, meta.opset, meta.inputs, meta.constants)
-                got = [g if k < len(got) and g is not None else alone[k]
-                       for k, g in enumerate(alone)] if not got else [
-                    g if g is not None else (alone[k] if k < len(alone) else None)
-                    for k, g in enumerate(got)]
+                got = [g if g is not None else a for g, a in zip(got, alone)]
             for name, spec in zip(placed.node.outputs, got):
                 if name and spec is not None and (specs.get(name) is None
                                                   or not specs[name].is_static):

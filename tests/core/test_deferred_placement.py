@@ -194,3 +194,30 @@ def test_fully_known_nodes_are_not_deferred():
     x = np.ones((2, 3))
     np.testing.assert_array_equal(s.run(None, {"x": x})[0], 2 * x)
     assert s.resources()["plans"][0]["nodes"]["promoted"] == []
+
+
+def test_onnx_inference_of_one_node_sizes_it_from_the_plans_specs_and_values():
+    """What whole-model inference could not size at load (a shape computed at run time) is
+    sized per node once a plan knows the inputs' sizes and the shape's value."""
+    from onnx_ep.core.graph import build_graph, infer_node
+
+    n = helper.make_node
+    g = helper.make_graph(
+        [n("Reshape", ["x", "s"], ["y"], name="r"), n("Add", ["y", "y"], ["z"], name="a"),
+         n("Twice", ["z"], ["w"], domain="test.deferred", name="t")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6]),
+         helper.make_tensor_value_info("s", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("w", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                            helper.make_opsetid("test.deferred", 1)],
+                          ir_version=ORACLE_IR_VERSION)
+    graph = build_graph(m)
+    reshape, add, twice = graph.nodes
+    x, s = TensorSpec(np.float32, (2, 6)), TensorSpec(np.int64, (2,))
+    assert infer_node(reshape, 17, (x, s), {1: np.array([3, 4])}) == \
+        [TensorSpec(np.float32, (3, 4))]
+    assert infer_node(reshape, 17, (x, s), {}) == [None]           # the value decides
+    y = TensorSpec(np.float32, (3, 4))
+    assert infer_node(add, 17, (y, y), {}) == [y]
+    assert infer_node(add, 17, (y, None), {}) == [None]            # an input unsized
+    assert infer_node(twice, 1, (y,), {}) == [None]                # not an onnx op
