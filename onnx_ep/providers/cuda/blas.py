@@ -76,9 +76,15 @@ GEMM_PARITY: dict[str, Parity] = {
 }
 
 
+_lt: ModuleType | None = None
+
+
 def lt() -> ModuleType:
-    """``nvmath.bindings.cublasLt``, imported on first use."""
-    return importlib.import_module("nvmath.bindings.cublasLt")
+    """``nvmath.bindings.cublasLt``, imported on first use (then kept: every enqueue asks)."""
+    global _lt
+    if _lt is None:
+        _lt = importlib.import_module("nvmath.bindings.cublasLt")
+    return _lt
 
 
 @functools.cache

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from onnx_ep.core.kernel import TensorSpec, tensor_nbytes
+from onnx_ep.core.kernel import TensorSpec
 
 # ---------------------------------------------------------------- DLPack ABI (dlpack.h)
 
@@ -240,17 +240,24 @@ class DeviceTensor:
     :param shape: dims (ints).
     :param device: CUDA device ordinal.
     :param owner: whatever keeps the memory alive (allocation, base tensor, producer).
+    :ivar size, nbytes: elements and bytes (the shape is fixed, so they are computed once).
     """
 
-    __slots__ = ("ptr", "dtype", "shape", "device", "owner")
+    __slots__ = ("ptr", "dtype", "shape", "device", "owner", "size", "nbytes")
 
     def __init__(self, ptr: int, dtype: Any, shape: Sequence[int], device: int = 0,
                  owner: Any = None) -> None:
         self.ptr = int(ptr)
         self.dtype = np.dtype(dtype)
-        self.shape = tuple(int(d) for d in shape)
+        self.shape = tuple(map(int, shape))
         self.device = int(device)
         self.owner = owner
+        # fixed at construction and read on every launch: computed once, not per read
+        n = 1
+        for d in self.shape:
+            n *= d
+        self.size = n
+        self.nbytes = n * self.dtype.itemsize
 
     def __repr__(self) -> str:
         return (f"DeviceTensor(cuda:{self.device}, {self.dtype}, {self.shape}, "
@@ -260,17 +267,6 @@ class DeviceTensor:
     @property
     def ndim(self) -> int:
         return len(self.shape)
-
-    @property
-    def size(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
-
-    @property
-    def nbytes(self) -> int:
-        return tensor_nbytes(self.dtype, self.shape)
 
     @property
     def strides(self) -> tuple[int, ...]:

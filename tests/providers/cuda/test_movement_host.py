@@ -172,6 +172,29 @@ def test_views_alias_input_zero_and_movement_is_exact():
         assert k.capture_support().supported
 
 
+def test_a_view_of_the_same_buffer_is_made_once_and_checked_once():
+    from onnx_ep.core.kernel import ExecutionContext
+    from onnx_ep.providers.cuda.tensor import DeviceTensor
+
+    k = mv.View("Reshape", since=5)
+    ctx = ExecutionContext(_meta("Reshape", [TensorSpec(np.float32, (2, 6))]))
+    x = DeviceTensor(4096, np.float32, (2, 6))
+    spec = TensorSpec(np.float32, (3, 4))
+    first, again = [spec], [spec]
+    k.execute_with_workspace(ctx, [x], first, None)
+    k.execute_with_workspace(ctx, [x], again, None)
+    assert again[0] is first[0] and first[0].shape == (3, 4) and first[0].ptr == x.ptr
+    other = [TensorSpec(np.float32, (12,))]
+    k.execute_with_workspace(ctx, [x], other, None)
+    assert other[0] is not first[0] and other[0].shape == (12,)
+    y = DeviceTensor(8192, np.float32, (2, 6))          # another buffer: its own view
+    fresh = [spec]
+    k.execute_with_workspace(ctx, [y], fresh, None)
+    assert fresh[0] is not first[0] and fresh[0].ptr == y.ptr
+    with pytest.raises(Exception, match="elements"):       # a wrong plan is still refused
+        k.execute_with_workspace(ctx, [x], [TensorSpec(np.float32, (5,))], None)
+
+
 def test_supports_declines_what_cannot_run():
     assert not KERNELS["Transpose"].supports(_meta("Transpose", [TensorSpec(F32, (2, 3))],
                                                    perm=[0, 0]))
