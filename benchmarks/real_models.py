@@ -229,7 +229,7 @@ def compare(ours: Sequence[Any], ref: Sequence[Any],
 
 
 def measure(spec: RealModel, out_dir: Path, provider: str, runs: int,
-            warmup: int) -> dict[str, Any]:
+            warmup: int, ort_spin: bool = True) -> dict[str, Any]:
     """One model's row. A failure records ``error``; a session that fails to load or run
     leaves the others to be measured."""
     import onnxruntime as ort
@@ -264,8 +264,14 @@ def measure(spec: RealModel, out_dir: Path, provider: str, runs: int,
             "ops": dict(collections.Counter(n.op_type for n in proto.graph.node))}
     del proto
 
+    ort_options = ort.SessionOptions()
+    if not ort_spin:
+        # onnxruntime's pool threads spin after each run by default; interleaved with ours
+        # they take the cores our host-bound eager runs need
+        ort_options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     makers = {
-        "ort": lambda: ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]),
+        "ort": lambda: ort.InferenceSession(str(path), ort_options,
+                                            providers=["CPUExecutionProvider"]),
         "eager": lambda: onnx_ep.Session(str(path), providers=[provider],
                                          options=SessionOptions(capture="off")),
         "capture": lambda: onnx_ep.Session(str(path), providers=[provider],
@@ -440,6 +446,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", metavar="DIR",
                     help="keep the exported .onnx files here (default: a temporary folder)")
     ap.add_argument("--json", metavar="FILE", help="write every figure to FILE")
+    ap.add_argument("--ort-no-spin", action="store_true",
+                    help="onnxruntime's pool threads do not spin between runs (by default "
+                         "they do, which slows a host-bound runner timed in turns with it)")
     ap.add_argument("--rtol", type=float, default=1e-3,
                     help="fail when a model's max_rel exceeds this (default 1e-3, fp32)")
     ns = ap.parse_args(argv)
@@ -461,7 +470,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             t0 = time.perf_counter()
             print(f"{name}: exporting and running ...", file=sys.stderr, flush=True)
-            row = measure(MODELS[name], out_dir, ns.provider, ns.runs, ns.warmup)
+            row = measure(MODELS[name], out_dir, ns.provider, ns.runs, ns.warmup,
+                          not ns.ort_no_spin)
             row["wall_s"] = time.perf_counter() - t0
             print(f"{name}: {'ERROR ' + row['error'] if 'error' in row else 'ok'} "
                   f"({row['wall_s']:.1f} s)", file=sys.stderr, flush=True)
@@ -470,8 +480,8 @@ def main(argv: list[str] | None = None) -> int:
     failed = [r["model"] for r in rows if "error" in r]
     inexact = [r["model"] for r in rows if r.get("max_rel", 0.0) > ns.rtol]
     print(f"provider {ns.provider}; {ns.runs} timed runs after {ns.warmup} warm-up; "
-          f"ms are medians; onnxruntime {versions()['onnxruntime']} CPUExecutionProvider; "
-          f"rtol {ns.rtol:g}")
+          f"ms are medians; onnxruntime {versions()['onnxruntime']} CPUExecutionProvider"
+          f"{' (threads not spinning)' if ns.ort_no_spin else ''}; rtol {ns.rtol:g}")
     print(table(rows))
     print(f"{len(rows) - len(failed)} of {len(rows)} models ran; "
           f"failed: {', '.join(failed) or 'none'}; "
@@ -481,7 +491,8 @@ def main(argv: list[str] | None = None) -> int:
         commit = commit_id()
         with open(ns.json, "w") as f:
             json.dump({"provider": ns.provider, "runs": ns.runs, "warmup": ns.warmup,
-                       "rtol": ns.rtol, "commit": commit, "versions": versions(),
+                       "rtol": ns.rtol, "ort_spin": not ns.ort_no_spin, "commit": commit,
+                       "versions": versions(),
                        "out": str(ns.out) if ns.out else None, "models": rows}, f, indent=1)
     return 1 if failed or inexact else 0
 
