@@ -26,9 +26,10 @@ Every model's inputs are random with a fixed seed. Per model the script reports:
 - ``nodes``: the exported graph's nodes, control-flow branches included (and how many are
   left after the session's fusion, where it fused any);
 - ``dev/host``: where the latest plan runs the nodes (after fusion; shape arithmetic folded
-  away at the signature runs nowhere and counts in neither; nodes inside If/Loop bodies
-  count as host nodes, since subgraphs run on the host), and each host node's op and the
-  device provider's reason, aggregated by (op, reason), from the plan's public report
+  away at the signature runs nowhere and counts in neither; nodes inside the bodies of
+  If/Loop/Scan count where their body plans run them, ``resources()["bodies"]``, and as host
+  nodes where the control-flow node itself runs on the host), and each host node's op and
+  the device provider's reason, aggregated by (op, reason), from the plans' public report
   (``resources()["plans"][i]["nodes"]``);
 - ``h2d`` / ``d2h``: the host<->device copies one ``run()`` makes, with their bytes;
 - ``first s``: seconds to create the session and run it once (a one-node model runs first
@@ -169,18 +170,32 @@ def plan_nodes(sess: Any) -> dict[str, Any] | None:
 def host_steps(sess: Any) -> list[dict[str, str]]:
     """Each node the latest plan of a device session runs on the host, with the reason."""
     nodes = plan_nodes(sess)
-    return [{"node": h["node"], "op": h["op"], "reason": h["reason"]}
-            for h in (nodes["host"] if nodes else [])]
+    hosts = list(nodes["host"]) if nodes else []
+    for b in body_nodes(sess).values():
+        hosts += b["host"]
+    return [{"node": h["node"], "op": h["op"], "reason": h["reason"]} for h in hosts]
+
+
+def body_nodes(sess: Any) -> dict[str, dict[str, Any]]:
+    """The node report of each control-flow body a device session planned (the latest plan
+    per body)."""
+    return {b["body"]: b["nodes"] for b in sess.resources().get("bodies", [])}
 
 
 def device_nodes(sess: Any, nested: int) -> tuple[int, int]:
     """(nodes on a device, nodes on the host) in the latest plan (nodes folded away at its
-    signature run nowhere); the ``nested`` nodes of control-flow subgraphs count as host."""
+    signature run nowhere); the ``nested`` nodes of control-flow bodies count where their
+    body plans run them, and on the host where no body plan ran them."""
     nodes = plan_nodes(sess)
     total = sum(nodes["by_provider"].values()) if nodes else 0
     if nodes is None or sess.resources()["device"] == "cpu":     # a host session
         return 0, total + nested
-    return total - len(nodes["host"]), len(nodes["host"]) + nested
+    bodies = body_nodes(sess).values()
+    in_bodies = sum(sum(b["by_provider"].values()) + b["folded"] for b in bodies)
+    body_host = sum(len(b["host"]) for b in bodies)
+    body_device = sum(sum(b["by_provider"].values()) for b in bodies) - body_host
+    return (total - len(nodes["host"]) + body_device,
+            len(nodes["host"]) + body_host + max(nested - in_bodies, 0))
 
 
 def copies(sess: Any) -> dict[str, dict[str, int]]:
@@ -293,9 +308,12 @@ def measure(spec: RealModel, out_dir: Path, provider: str, runs: int,
             agg = collections.Counter((h["op"], h["reason"]) for h in hosts)
             by_op = [{"op": op, "reason": why, "count": n}
                      for (op, why), n in agg.most_common()]
-            if on_device and nested:
+            unplanned = nested - sum(sum(b["by_provider"].values()) + b["folded"]
+                                     for b in body_nodes(sess).values())
+            if on_device and unplanned > 0:
                 by_op.append({"op": "(nodes inside If/Loop/Scan subgraphs)",
-                              "reason": "subgraphs run on the host", "count": nested})
+                              "reason": "their control-flow node runs on the host",
+                              "count": unplanned})
             row |= {"nodes_after_fusion": len(sess.graph.nodes),
                     "placement": sess.placement_summary(),
                     "folded": (plan_nodes(sess) or {}).get("folded", 0),

@@ -76,26 +76,32 @@ class DeviceBinding:
         self._allocations.append(alloc)
         return alloc
 
-    def upload_constants(self, uploads: list[CopyStep], graph: Graph) -> dict[str, Any]:
+    def upload_constants(self, uploads: list[CopyStep], graph: Graph,
+                         scope: str = "") -> dict[str, Any]:
         """The device values of the initializers read on the device: every one known so far.
 
         Before :meth:`place_weights` they are :class:`PendingWeight` placeholders; after
         it, uploads reserved as WEIGHTS (full residency: a new one is uploaded now) or the
         pager's stable views. Every call returns all of them in one order, so every
         program of the session numbers its constants alike.
+
+        :param scope: prefixed to the device names of ``graph``'s initializers: a subgraph
+            may name an initializer as another graph does (two branches' ``val_0``), and
+            each must get its own bytes.
         """
         new = False
         for c in uploads:
-            if c.dst in self._uploaded or c.dst in self._pending:
+            name = scope + c.dst
+            if name in self._uploaded or name in self._pending:
                 continue
             arr = graph.initializers[c.src]
             if not self._placed:
-                self._pending[c.dst] = arr
+                self._pending[name] = arr
             elif self.pager is not None:
                 raise PlanError(f"a re-placed program reads weight {c.src!r} on {self.device}, "
                                 f"which the weight pager did not lay out at load")
             else:
-                self._upload(c.dst, arr)
+                self._upload(name, arr)
                 new = True
         if not self._placed:
             return {n: PendingWeight(n) for n in self._pending}

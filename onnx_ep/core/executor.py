@@ -31,6 +31,9 @@ class Executor:
         # providers, whose kernels need no pre-bound device buffers
         self.host_providers = [p for p in providers if registry.providers[p].device == HOST]
         self._subprograms: dict[int, Program] = {}
+        #: plans and runs the bodies of control-flow nodes placed on a device (set by a
+        #: session bound to one, :class:`~onnx_ep.core.subgraphs.DeviceSubgraphs`)
+        self.device_subgraphs: Any = None
 
     def program_for(self, graph: Graph) -> Program:
         """The program of a (sub)graph, placed with this executor's providers."""
@@ -189,10 +192,19 @@ class Executor:
         scope = {name: env[s] for name, s in step.scope_slots}
         if step.ctx.scope:
             scope = {**step.ctx.scope, **scope}
+        # a device control-flow node runs its bodies as device plans of their own
+        bodies = (self.device_subgraphs if step.placed is not None
+                  and step.placed.device != HOST else None)
 
         def run_subgraph(graph: Graph, feeds: Sequence[Any] | Mapping[str, Any]) -> list[Any]:
             if isinstance(feeds, Mapping):
                 feeds = [feeds[v.name] for v in graph.inputs]
+            if bodies is not None:
+                return bodies.run(graph, feeds, scope, self.run, step.ctx.node.outer_constants)
+            if step.placed is not None and step.placed.device != HOST:
+                raise KernelContractError(f"node {step.name!r} runs control flow on "
+                                          f"{step.placed.device} but no device plans its "
+                                          f"bodies (run it inside a Session)")
             prog = self.program_for(graph)
             try:
                 return self.run(prog, feeds, outer=scope)

@@ -133,7 +133,8 @@ class Folder:
         nodes (with their own kernels), ``Shape`` / ``Size`` and copies are folded.
     """
 
-    def __init__(self, program: Program, host: HostKernels | None = None) -> None:
+    def __init__(self, program: Program, host: HostKernels | None = None,
+                 outer_known: Mapping[str, Any] | None = None) -> None:
         self.program = program
         self.host = host
         graph, slot_of = program.graph, program.slot_of
@@ -145,6 +146,9 @@ class Folder:
             arr = graph.initializers.get(c.src)
             if c.dst in slot_of and _small(arr, SEED_MAX_BYTES):
                 self.known[slot_of[c.dst]] = arr
+        for name, arr in (outer_known or {}).items():   # a body: what its caller knows
+            if name in slot_of and name in graph.outer_names and _small(arr, SEED_MAX_BYTES):
+                self.known[slot_of[name]] = arr
         # values the run must hand out or a subgraph reads by name: never folded away
         self.pinned = set(program.output_slots)
         self.pinned.update(slot_of[v.name] for v in graph.outputs if v.name in slot_of)

@@ -279,6 +279,11 @@ class NodeMeta:
     input_names: tuple[str, ...] = ()
     output_names: tuple[str, ...] = ()
     constants: Mapping[int, Any] = attrs.field(factory=dict)
+    #: specs of the outer-scope values the node's subgraphs read, by name (control flow)
+    outer: Mapping[str, TensorSpec | None] = attrs.field(factory=dict)
+    #: host values of those outer-scope values the plan knows, by name (as ``constants``):
+    #: a device body is placed and planned with them (an ``axes`` read from outside)
+    outer_constants: Mapping[str, Any] = attrs.field(factory=dict)
 
     def attr(self, name: str, default: Any = None) -> Any:
         """The attribute ``name``, or ``default`` when the node does not set it."""

@@ -34,7 +34,8 @@ class PlacedNode:
     device: str
     kernel: Any
     inputs: tuple[str, ...]
-    #: host values for ``node.implicit_inputs`` (subgraphs run on the host)
+    #: the values for ``node.implicit_inputs`` (the outer-scope values its subgraphs read),
+    #: on the node's device: a device control-flow kernel runs its bodies there
     implicit: tuple[str, ...] = ()
     #: a device provider whose kernel declined this node at load while its meta was
     #: incomplete (a rank, size or plan-time value unknown): the planner asks it again at
@@ -97,12 +98,16 @@ class Placement:
 
 
 def node_meta(node: Node, graph: Graph,
-              specs: dict[str, TensorSpec | None] | None = None,
-              known: Mapping[int, Any] | None = None) -> NodeMeta:
+              specs: Mapping[str, TensorSpec | None] | None = None,
+              known: Mapping[int, Any] | None = None,
+              outer_known: Mapping[str, Any] | None = None) -> NodeMeta:
     """The :class:`NodeMeta` of ``node`` with specs from ``specs`` or the graph's inferred types.
 
     :param known: host values of inputs, by position, that the plan knows beyond the
         initializers (folded at one signature); they join :attr:`NodeMeta.constants`.
+    :param outer_known: host values the plan knows by name beyond ``graph``'s initializers:
+        the outer-scope values a body reads, or a control-flow node's subgraphs read
+        (:attr:`NodeMeta.outer_constants`).
     """
     def spec(name: str) -> TensorSpec | None:
         if not name:
@@ -117,6 +122,9 @@ def node_meta(node: Node, graph: Graph,
 
     inits = graph.initializers
     constants = {i: inits[n] for i, n in enumerate(node.inputs) if n and n in inits}
+    outer_known = outer_known or {}
+    constants.update((i, outer_known[n]) for i, n in enumerate(node.inputs)
+                     if n and n not in inits and n in outer_known)
     if known:
         constants.update((i, v) for i, v in known.items() if i < len(node.inputs))
     return NodeMeta(
@@ -124,7 +132,9 @@ def node_meta(node: Node, graph: Graph,
         opset=graph.opset(node.domain), attrs=node.attrs, constants=constants,
         inputs=tuple(spec(n) for n in node.inputs),
         outputs=tuple(spec(n) for n in node.outputs),
-        input_names=node.inputs, output_names=node.outputs)
+        input_names=node.inputs, output_names=node.outputs,
+        outer={n: spec(n) for n in node.implicit_inputs},
+        outer_constants={n: outer_known[n] for n in node.implicit_inputs if n in outer_known})
 
 
 def plan_known(graph: Graph) -> frozenset[str]:
@@ -160,13 +170,22 @@ def undecided(meta: NodeMeta, known: frozenset[str] = frozenset()) -> bool:
 
 def place(graph: Graph, registry: KernelRegistry, providers: Sequence[str],
           host_only: frozenset[str] = frozenset(),
-          promoted: frozenset[str] = frozenset()) -> Placement:
+          promoted: frozenset[str] = frozenset(), *,
+          outer_device: str = HOST, outputs_device: str = HOST,
+          outer_specs: Mapping[str, TensorSpec | None] | None = None,
+          outer_known: Mapping[str, Any] | None = None) -> Placement:
     """Choose a provider and kernel for every node of ``graph``.
 
     :param host_only: names of nodes that must run on a host provider (the planner
         sends back nodes a device cannot size at some shape signature).
     :param promoted: names of deferred nodes (:attr:`PlacedNode.deferred`) whose device
         kernel accepted them at some signature: they go to that device, unbound.
+    :param outer_device: where the outer-scope values a subgraph reads live (a body run by
+        a device control-flow kernel reads them where its caller's plan holds them).
+    :param outputs_device: where the graph's outputs are delivered (a device body hands
+        its outputs to its control-flow kernel on the device).
+    :param outer_specs, outer_known: the specs and the known host values of the outer-scope
+        values a body reads, so its kernels are asked with them.
     :raises NoKernelError: for a node no listed provider can run.
     """
     host_providers = [p for p in providers if registry.providers[p].device == HOST]
@@ -175,8 +194,10 @@ def place(graph: Graph, registry: KernelRegistry, providers: Sequence[str],
     for p in providers:
         device_provider.setdefault(registry.providers[p].device, registry.providers[p])
     device_of: dict[str, str] = {}
-    for name in (*[v.name for v in graph.inputs], *graph.initializers, *graph.outer_names):
+    for name in (*[v.name for v in graph.inputs], *graph.initializers):
         device_of[name] = HOST
+    for name in graph.outer_names:
+        device_of[name] = outer_device
     steps: list[PlacedNode | CopyStep] = []
     uploads: list[CopyStep] = []
     fallbacks: list[tuple[str, str, str, str]] = []
@@ -204,7 +225,7 @@ def place(graph: Graph, registry: KernelRegistry, providers: Sequence[str],
 
     known = plan_known(graph) if host_providers else frozenset()
     for node in graph.nodes:
-        meta = node_meta(node, graph)
+        meta = node_meta(node, graph, outer_specs, None, outer_known)
         sel = registry.select(meta, host_providers if node.name in host_only else providers)
         declined = [(p, why) for p, why in sel.passed_over
                     if registry.providers[p].device != HOST]
@@ -224,8 +245,9 @@ def place(graph: Graph, registry: KernelRegistry, providers: Sequence[str],
             kernel = bind_kernel(sel.kernel, meta)
         prov = registry.providers[provider]
         inputs = tuple(on(n, prov.device) for n in node.inputs)
-        # subgraphs run on the host, so the values they read from this scope must be there
-        implicit = tuple(on(n, HOST) for n in node.implicit_inputs)
+        # the node's subgraphs run where the node does: the values they read from this
+        # scope must be there
+        implicit = tuple(on(n, prov.device) for n in node.implicit_inputs)
         if prov.device == HOST and declined:      # (a promoted node is not on the host)
             fallbacks.append((node.name, f"{node.domain or 'ai.onnx'}::{node.op_type}",
                               sel.provider, "; ".join(f"{p}: {why}" for p, why in declined)
@@ -237,7 +259,7 @@ def place(graph: Graph, registry: KernelRegistry, providers: Sequence[str],
         for o in node.outputs:
             if o:
                 device_of[o] = prov.device
-    outputs = {v.name: on(v.name, HOST) for v in graph.outputs}
+    outputs = {v.name: on(v.name, outputs_device) for v in graph.outputs}
     deferred_to = {registry.providers[s.deferred].device for s in steps
                    if isinstance(s, PlacedNode) and s.deferred}
     return Placement(feeds + steps, uploads, outputs, fallbacks, deferred_to)

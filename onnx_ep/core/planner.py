@@ -453,7 +453,8 @@ def infer_specs(light_model: onnx.ModelProto | None, graph: Graph,
 def plan_signature(program: Program, signature: tuple[Any, ...],
                    specs: dict[str, TensorSpec | None],
                    device: str | None = None, *,
-                   host_kernels: HostKernels | None = None) -> ExecutionPlan:
+                   host_kernels: HostKernels | None = None,
+                   outer_known: Mapping[str, Any] | None = None) -> ExecutionPlan:
     """Fold what this signature fixes, size the rest, ask every remaining kernel its
     workspace; compute peaks and activation sizes.
 
@@ -464,9 +465,11 @@ def plan_signature(program: Program, signature: tuple[Any, ...],
 
     :param host_kernels: host kernels to evaluate nodes placed on a device; without it only
         host-placed nodes, ``Shape`` / ``Size`` and copies fold.
+    :param outer_known: for a control-flow body, the outer-scope values its caller's plan
+        knows by value (read like initializers).
     """
     graph = program.graph
-    folder = Folder(program, host_kernels)
+    folder = Folder(program, host_kernels, outer_known)
     per_step: list[WorkspaceRequirement] = []
     metas: dict[int, tuple[NodeMeta, Any]] = {}    # step -> its meta here, rebound kernel
     promotable: list[str] = []
@@ -486,7 +489,9 @@ def plan_signature(program: Program, signature: tuple[Any, ...],
         known = {j: folder.known[s] for j, s in enumerate(st.in_slots)
                  if s >= 0 and s in folder.known
                  and placed.node.inputs[j] not in graph.initializers}
-        meta = node_meta(placed.node, graph, specs, known)
+        # what a control-flow node's bodies read from here, where this plan knows the value
+        scope_known = {n: folder.known[s] for n, s in st.scope_slots if s in folder.known}
+        meta = node_meta(placed.node, graph, specs, known, scope_known)
         kernel = placed.kernel
         if placed.promoted:
             verdict = ask_supports(kernel, meta)
@@ -510,11 +515,11 @@ def plan_signature(program: Program, signature: tuple[Any, ...],
                 if name and spec is not None and (specs.get(name) is None
                                                   or not specs[name].is_static):
                     specs[name] = spec
-            meta = node_meta(placed.node, graph, specs, known)
+            meta = node_meta(placed.node, graph, specs, known, scope_known)
         if placed.deferred and not placed.promoted and ask_supports(placed.deferred_kernel,
                                                                   meta):
             promotable.append(placed.node.name)
-        if known or placed.promoted:
+        if known or scope_known or placed.promoted:
             metas[i] = (meta, kernel if placed.promoted else None)
         req = kernel.workspace_requirement(meta)
         if not isinstance(req, WorkspaceRequirement):

@@ -30,7 +30,7 @@ from onnx_ep.core.folding import HostKernels
 from onnx_ep.core.fusion import fuse
 from onnx_ep.core.graph import Graph, Value, build_graph, light_model_for_inference, load_model
 from onnx_ep.core.kernel import TensorSpec, WorkspaceView
-from onnx_ep.core.memory import Reservation, Role, align_up, allocate_host, authority_for
+from onnx_ep.core.memory import Reservation, Role, allocate_host, authority_for
 from onnx_ep.core.options import RunOptions, SessionOptions
 from onnx_ep.core.pager import WeightStore
 from onnx_ep.core.placement import place
@@ -45,8 +45,8 @@ from onnx_ep.core.planner import (
 )
 from onnx_ep.core.plugin_manager import plugins_for, resolve_providers, selection, with_fallback
 from onnx_ep.core.settling import fallback_reporter, plan_with_host_fallback
-from onnx_ep.core.tensor import HOLDER as TENSOR_HOLDER
-from onnx_ep.core.tensor import HOST, IOBinding, Tensor, device_type
+from onnx_ep.core.subgraphs import DeviceSubgraphs
+from onnx_ep.core.tensor import HOST, IOBinding, Tensor, device_type, output_block
 from onnx_ep.errors import FeedError, OnnxEpWarning, PlanError
 
 log = logging.getLogger("onnx_ep")
@@ -154,6 +154,9 @@ class Session:
                 prov = next(reg.providers[p] for p in self._providers
                             if reg.providers[p].device == dev)
                 self._device = DeviceBinding(dev, prov, self.options.memory_limit, self.holder)
+                self._executor.device_subgraphs = DeviceSubgraphs(
+                    reg, self._providers, self._device, self._host_kernels, self._admit_body,
+                    bool(self._executor.host_providers))
             assert self._device is not None
             try:
                 consts = self._device.upload_constants(placement.uploads, self._graph)
@@ -196,6 +199,7 @@ class Session:
                                                             None))
             for prog in self._programs.values():
                 self._device.adopt(prog)
+            self._executor.device_subgraphs.adopt_all()     # control-flow bodies' weights
             pager = self._device.pager
             if pager is not None:
                 pager.bind(self._program.slot_of, self._program.constants)
@@ -256,6 +260,7 @@ class Session:
                            "streaming": bool(self.memory_policy.streams),
                            "counters": self.memory_policy.counters()},
                 "admission": strategy_name(self._admission), "plans": plans,
+                "bodies": bodies.report() if (bodies := self._executor.device_subgraphs) else [],
                 "capture": self.capture_report(), "fusion": self._fusion.as_dict()}
 
     def capture_report(self) -> dict[str, Any]:
@@ -420,7 +425,7 @@ class Session:
         io = program_io(program)
         rt, stream, dev = self._device.runtime, self._device.stream, self._device.device
         outs = list(outs)
-        fresh = self._output_block(rt, [(pos, outs[pos]) for pos, target in keep.items()
+        fresh = output_block(rt, [(pos, outs[pos]) for pos, target in keep.items()
                                         if pos in io.downloads and not isinstance(target, Tensor)
                                         and device_type(target) == dev])
         pairs: list[tuple[Any, Any]] = []
@@ -448,19 +453,6 @@ class Session:
         rt.synchronize(stream)
         return outs
 
-    @staticmethod
-    def _output_block(rt: Any, outs: list[tuple[int, Any]]) -> dict[int, Tensor]:
-        """Device Tensors for ``outs``: views of one pooled block (not an allocation each)."""
-        if len(outs) < 2 or not hasattr(rt, "pooled"):
-            return {}
-        offsets, total = [], 0
-        for _, v in outs:
-            offsets.append(total)
-            total += align_up(TensorSpec(v.dtype, v.shape).nbytes, 256)
-        block = rt.pooled(total, TENSOR_HOLDER)
-        return {pos: Tensor(rt.tensor(block, off, TensorSpec(v.dtype, v.shape)), rt.device, rt)
-                for (pos, v), off in zip(outs, offsets)}
-
     # ---------------------------------------------------------------- internals
     def _plan(self, signature: tuple[Any, ...],
               specs_in: list[TensorSpec | None]) -> ExecutionPlan:
@@ -484,7 +476,9 @@ class Session:
                     self._build_program, signature, specs, device.device,
                     fallback_reporter(device.device, signature_text(signature),
                                       bool(self._executor.host_providers)),
-                    host_kernels=self._host_kernels)
+                    host_kernels=self._host_kernels,
+                    # device control flow: its bodies are planned (and admitted) with it
+                    check=self._executor.device_subgraphs.unplannable)
                 self._capture.check_plan(plan, device)
                 # a device plan holds its arena and workspaces for the session's life: admit
                 # the whole of it now, before any run uses it
@@ -498,6 +492,13 @@ class Session:
             log.debug("planned signature %s: workspace step=%d session=%d", signature,
                       plan.workspace.step_peak, plan.workspace.session_peak)
             return plan
+
+    def _admit_body(self, plan: ExecutionPlan) -> None:
+        """Admit a device control-flow body's plan (held, like the session's plans)."""
+        ws = plan.workspace
+        admit(self._admission, AdmissionRequest(self.holder, f"{self.holder}/body",
+                                                plan.arena.size, ws.step_peak,
+                                                ws.session_peak), self._authority)
 
     def _admit(self, plan: ExecutionPlan, holder: str) -> list[Reservation]:
         """Ask for the run's whole need before any work; reserve it or raise a refusal."""

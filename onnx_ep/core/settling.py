@@ -35,7 +35,9 @@ UNSIZED = ("an input or output size is unknown at plan time (it depends on value
 def plan_with_host_fallback(build: Any, signature: tuple[Any, ...],
                             specs: dict[str, TensorSpec | None], device: str,
                             on_fallback: Any = None, *,
-                            host_kernels: HostKernels | None = None) -> ExecutionPlan:
+                            host_kernels: HostKernels | None = None,
+                            check: Any = None,
+                            outer_known: Mapping[str, Any] | None = None) -> ExecutionPlan:
     """Plan ``build(frozenset(), frozenset())`` at ``signature``, settling placement there.
 
     Host nodes whose device kernel declined at load with part of the meta unknown (a rank,
@@ -48,10 +50,13 @@ def plan_with_host_fallback(build: Any, signature: tuple[Any, ...],
     :param build: ``(host_only, promoted) -> Program``. :param on_fallback: called with the
         node names sent back to the host, then a ``{name: reason}`` dict, before each
         re-plan (it may raise). :param host_kernels: as :func:`plan_signature`'s.
+    :param check: ``plan -> {name: reason}``, more device nodes to send back once every
+        size is known (device control flow whose bodies cannot run there).
+    :param outer_known: as :func:`plan_signature`'s (a control-flow body).
     """
     def plan_at(host_only: frozenset[str], promoted: frozenset[str]) -> ExecutionPlan:
         return plan_signature(build(host_only, promoted), signature, dict(specs), device,
-                              host_kernels=host_kernels)
+                              host_kernels=host_kernels, outer_known=outer_known)
 
     host_only: frozenset[str] = frozenset()
     promoted: frozenset[str] = frozenset()
@@ -60,8 +65,13 @@ def plan_with_host_fallback(build: Any, signature: tuple[Any, ...],
         promoted = frozenset(plan.promotable)
         plan = plan_at(host_only, promoted)
     back: dict[str, str] = {}
-    while unsized := unsized_device_steps(plan, device):
-        why = {n: plan.declined.get(n, UNSIZED) for n in unsized}
+
+    def to_send_back() -> dict[str, str]:
+        why = {n: plan.declined.get(n, UNSIZED) for n in unsized_device_steps(plan, device)}
+        return why or (check(plan) if check is not None else {})
+
+    while why := to_send_back():
+        unsized = list(why)
         back.update(why)
         if on_fallback is not None:
             on_fallback(unsized, why)

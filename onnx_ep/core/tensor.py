@@ -314,3 +314,17 @@ class IOBinding:
         if self._outputs:
             return list(self._outputs.items())
         return [(name, HOST) for name in self.session._output_index]
+
+
+def output_block(rt: Any, outs: list[tuple[int, Any]]) -> dict[int, Tensor]:
+    """Device Tensors for ``outs`` (``(position, device value)``): views of one pooled block
+    of ``rt`` (its optional ``pooled``), not an allocation each; empty when it cannot."""
+    if len(outs) < 2 or not hasattr(rt, "pooled"):
+        return {}
+    offsets, total = [], 0
+    for _, v in outs:
+        offsets.append(total)
+        total += -(-TensorSpec(v.dtype, v.shape).nbytes // 256) * 256
+    block = rt.pooled(total, HOLDER)
+    return {pos: Tensor(rt.tensor(block, off, TensorSpec(v.dtype, v.shape)), rt.device, rt)
+            for (pos, v), off in zip(outs, offsets)}

@@ -44,6 +44,13 @@ class FakeTensor:
     def dtype(self) -> np.dtype:
         return self.array.dtype
 
+    def view(self, dtype: Any, shape: tuple[int, ...], offset_bytes: int = 0) -> FakeTensor:
+        """Part of this tensor's bytes as another tensor (what device control flow slices)."""
+        raw = self.array.reshape(-1).view(np.uint8)
+        n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        assert offset_bytes + n <= raw.nbytes, "view past the tensor"
+        return FakeTensor(raw[offset_bytes:offset_bytes + n].view(dtype).reshape(shape))
+
 
 class FakeAllocation:
     def __init__(self, nbytes: int, runtime: FakeRuntime) -> None:
@@ -369,8 +376,10 @@ class FakeDevicePlugin:
     """Registers provider ``fake`` (priority 50) with kernels for ``ops``."""
 
     def __init__(self, ops: tuple[str, ...] = ("Add", "Relu", "MatMul"), scratch: int = 0,
-                 budget: int = 1 << 30) -> None:
+                 budget: int = 1 << 30, control_flow: bool = False) -> None:
         self.runtime = FakeRuntime(budget)
+        #: the core's device If / Loop / Scan, registered for ``fake`` when asked
+        self.control_flow = control_flow
         table = {"Add": np.add, "Relu": lambda x: np.maximum(x, 0), "MatMul": np.matmul,
                  "Mul": np.multiply}
         self.kernels: dict[str, FakeKernel] = {
@@ -386,3 +395,7 @@ class FakeDevicePlugin:
     def onnx_ep_register_kernels(self, register: Any) -> None:
         for k in self.kernels.values():
             register(k, provider="fake")
+        if self.control_flow:
+            from onnx_ep.core.control_flow import device_control_flow
+            for k in device_control_flow(lambda: self.runtime):
+                register(k, provider="fake")

@@ -67,6 +67,7 @@ def kernel_modules() -> tuple[ModuleType, ...]:
         activation,
         attention,
         cast,
+        control_flow,
         conv,
         einsum,
         elementwise,
@@ -88,7 +89,7 @@ def kernel_modules() -> tuple[ModuleType, ...]:
 
     return (cast, elementwise, activation, movement, shape, reduce, softmax, gemm, conv, pool,
             attention, loss, normalization, resize, indexing, einsum, quantize, fused,
-            fused_gemm, gated)
+            fused_gemm, gated, control_flow)
 
 
 def is_available() -> Support:

@@ -1,0 +1,230 @@
+"""Control-flow bodies on a device: each body placed, planned and bound like the session's
+own graph, so a device ``If`` / ``Loop`` / ``Scan`` runs its subgraphs where its inputs are.
+
+A host control-flow kernel runs its bodies unplanned on host providers
+(:meth:`~onnx_ep.core.executor.Executor.program_for`). A device one cannot: its bodies'
+kernels write into pre-bound buffers. So a body is handled as a small graph of its own:
+
+- *placed* with every provider of the session, its outer-scope values where the caller's
+  plan holds them (on the device) and its outputs delivered on the device
+  (:func:`~onnx_ep.core.placement.place`'s ``outer_device`` / ``outputs_device``);
+- *planned* per signature of its feeds and outer values, with the session's settling
+  (:func:`~onnx_ep.core.settling.plan_with_host_fallback`): a body node the device cannot
+  size there runs on the host, and says why;
+- *admitted and bound* through the session's device binding: its arena is reserved from
+  the same memory authority as the session's plans, and held until the session closes.
+
+Kernels announce the bodies they will run and at which feeds (``body_signatures``), so the
+session plans them when it plans the caller's signature: a body that does not fit is
+refused then, before any run, like the caller's own arena.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from onnx_ep.core.device_binding import DeviceBinding
+from onnx_ep.core.folding import HostKernels
+from onnx_ep.core.graph import Graph
+from onnx_ep.core.kernel import TensorSpec
+from onnx_ep.core.placement import node_meta, place
+from onnx_ep.core.planner import ExecutionPlan, Program, build_program, infer_specs, program_io
+from onnx_ep.core.registry import KernelRegistry
+from onnx_ep.core.settling import fallback_reporter, plan_with_host_fallback
+from onnx_ep.errors import MemoryBudgetError, NoKernelError, PlanError
+
+log = logging.getLogger("onnx_ep")
+
+#: a body's signature: its feeds' then its outer values' ``(dtype, shape)`` (None: no value)
+BodySignature = tuple[tuple[Any, ...], ...]
+
+
+def spec_of(value: Any) -> TensorSpec | None:
+    """The spec of a run-time value (a host array or a device tensor), None for none."""
+    if value is None or not hasattr(value, "shape") or not hasattr(value, "dtype"):
+        return None
+    return TensorSpec(np.dtype(value.dtype), tuple(int(d) for d in value.shape))
+
+
+def _sig(specs: Sequence[TensorSpec | None]) -> tuple[Any, ...]:
+    return tuple(None if s is None else (s.dtype, tuple(s.shape)) for s in specs)
+
+
+def _known_key(known: Mapping[str, Any] | None) -> tuple[Any, ...]:
+    """A hashable key of known outer values (small arrays: axes, shapes)."""
+    out = []
+    for name in sorted(known or {}):
+        v = np.asarray(known[name])           # type: ignore[index]
+        out.append((name, v.dtype.str, v.shape, v.tobytes()))
+    return tuple(out)
+
+
+class DeviceSubgraphs:
+    """Plans and runs the bodies of one session's device control-flow nodes.
+
+    :param admit_plan: admits a body plan's bytes (the session's admission strategy) or
+        raises its refusal; called before the plan's arena is bound.
+    """
+
+    def __init__(self, registry: KernelRegistry, providers: Sequence[str],
+                 device: DeviceBinding, host_kernels: HostKernels | None,
+                 admit_plan: Callable[[ExecutionPlan], None], can_fall_back: bool) -> None:
+        self.registry = registry
+        self.providers = list(providers)
+        self.device = device
+        self.host_kernels = host_kernels
+        self.admit_plan = admit_plan
+        self.can_fall_back = can_fall_back
+        self._programs: dict[tuple[Any, ...], Program] = {}
+        self._plans: dict[tuple[int, BodySignature, tuple[Any, ...]], ExecutionPlan] = {}
+        self._graphs: dict[int, Graph] = {}       # keeps each planned body alive (ids)
+        # bodies are planned while a run holds the session's run lock, or while the session
+        # plans a signature under its own lock: this one orders the two
+        self._lock = threading.RLock()
+
+    # ---------------------------------------------------------------- planning
+    def program(self, graph: Graph, host_only: frozenset[str] = frozenset(),
+                promoted: frozenset[str] = frozenset(), *,
+                outer: Mapping[str, TensorSpec | None] | None = None,
+                known: Mapping[str, Any] | None = None) -> Program:
+        """``graph`` placed for the device: outer values and outputs on it, its kernels
+        asked with the outer values' specs and the values its caller knows (``known``)."""
+        key = (id(graph), host_only, promoted, _sig([(outer or {}).get(n)
+                                                     for n in graph.outer_names]),
+               _known_key(known))
+        prog = self._programs.get(key)
+        if prog is not None:
+            return prog
+        dev = self.device.device
+        placement = place(graph, self.registry, self.providers, host_only, promoted,
+                          outer_device=dev, outputs_device=dev, outer_specs=outer,
+                          outer_known=known)
+        for node, op, prov, why in placement.fallbacks:
+            log.info("%s: body %r: node %r (%s) falls back to %s: %s", self.device.holder,
+                     graph.name, node, op, prov, why)
+        others = placement.devices - {dev}
+        if others:
+            raise PlanError(f"body {graph.name!r} of a control-flow node on {dev} places nodes "
+                            f"on {sorted(others)}; a session runs on one device")
+        # the body's own initializers under its own scope (two branches may both name one
+        # ``val_0``); its program reads them by their plain names
+        scope = f"{graph.name}#{id(graph)}/"
+        consts = self.device.upload_constants(placement.uploads, graph, scope)
+        prog = build_program(graph, placement, streams={dev: self.device.stream},
+                             runtimes={dev: self.device.runtime},
+                             device_constants={c.dst: consts[scope + c.dst]
+                                               for c in placement.uploads})
+        self.device.adopt(prog)
+        self._programs[key] = prog
+        self._graphs[id(graph)] = graph
+        return prog
+
+    def adopt_all(self) -> None:
+        """Hand the weights placed since to every body program (the session placed its
+        weights after planning a static signature, and with it the bodies)."""
+        for prog in self._programs.values():
+            self.device.adopt(prog)
+
+    def plan(self, graph: Graph, feeds: Sequence[TensorSpec | None],
+             outer: Mapping[str, TensorSpec | None],
+             known: Mapping[str, Any] | None = None) -> ExecutionPlan:
+        """The bound plan of ``graph`` at these feed and outer-value specs, with the outer
+        values its caller's plan knows by value (``known``): planned, admitted and bound on
+        first use, cached per signature.
+
+        :raises AdmissionRefused: the body's arena does not fit. :raises PlanError: a body
+            node the device cannot size here, and no host provider listed.
+        """
+        outer_specs = [outer.get(n) for n in graph.outer_names]
+        signature = (_sig(feeds), _sig(outer_specs))
+        key = (id(graph), signature, _known_key(known))
+        plan = self._plans.get(key)
+        if plan is not None:
+            return plan
+        with self._lock:
+            plan = self._plans.get(key)
+            if plan is not None:
+                return plan
+            if self.device.pager is not None:
+                raise PlanError(f"control flow on {self.device.device} under weight streaming: "
+                                f"body {graph.name!r} cannot page its weights; run without "
+                                f"weight streaming or on a host provider")
+            # what load-time inference fixed for every signature, then this one's feeds; the
+            # planner sizes the rest node by node (kernels' infer_outputs, onnx's per node)
+            specs: dict[str, TensorSpec | None] = {
+                name: v.spec for name, v in graph.values.items()
+                if v.spec is not None and v.spec.is_static}
+            specs.update(infer_specs(None, graph, [s for s in feeds]))  # type: ignore[misc]
+            specs.update(zip(graph.outer_names, outer_specs))
+            plan = plan_with_host_fallback(
+                lambda ho, pr: self.program(graph, ho, pr, outer=outer, known=known),
+                signature, specs, self.device.device,
+                fallback_reporter(self.device.device, f"body {graph.name!r} {signature}",
+                                  self.can_fall_back),
+                host_kernels=self.host_kernels, check=self.unplannable, outer_known=known)
+            self.admit_plan(plan)
+            self.device.bind_plan(plan)
+            self._plans[key] = plan
+            return plan
+
+    def unplannable(self, plan: ExecutionPlan) -> dict[str, str]:
+        """Plan the bodies of ``plan``'s device control-flow steps at its specs (their
+        kernels' ``body_signatures``), so a body that does not fit is refused now; the
+        nodes whose bodies cannot run on the device at this signature, with why (the
+        settling loop sends them to the host)."""
+        bad: dict[str, str] = {}
+        for st in plan.program.steps:
+            p = st.placed
+            if p is None or not st.has_subgraphs or p.device != self.device.device:
+                continue
+            announce = getattr(p.kernel, "body_signatures", None)
+            if announce is None or st.ctx is None:
+                continue
+            meta = node_meta(p.node, plan.program.graph, plan.specs, None,
+                             st.ctx.node.outer_constants)
+            try:
+                for graph, feeds in announce(meta):
+                    if all(f is not None and f.is_static for f in feeds):
+                        self.plan(graph, feeds, meta.outer, meta.outer_constants)
+            except MemoryBudgetError:
+                raise                   # a refusal stays a refusal
+            except (PlanError, NoKernelError) as exc:
+                bad[p.node.name] = f"a body cannot run on {self.device.device} here: {exc}"
+        return bad
+
+    # ---------------------------------------------------------------- running
+    def run(self, graph: Graph, feeds: Sequence[Any], scope: Mapping[str, Any],
+            run: Callable[..., list[Any]], known: Mapping[str, Any] | None = None) -> list[Any]:
+        """Run ``graph`` with ``feeds`` (host arrays or device tensors) and the caller's
+        ``scope``; its outputs are device tensors in the body plan's arena, valid until the
+        body runs again.
+
+        :param run: the executor's ``run`` (the body's steps run in the caller's loop).
+        :param known: the outer values the caller's plan knows by value (its control-flow
+            node's :attr:`~onnx_ep.core.kernel.NodeMeta.outer_constants`).
+        """
+        outer = {n: spec_of(scope.get(n)) for n in graph.outer_names}
+        plan = self.plan(graph, [spec_of(f) for f in feeds], outer, known)
+        program = plan.program
+        io = program_io(program)
+        feeds = list(feeds)
+        rt, stream = self.device.runtime, self.device.stream
+        for i in io.host_read_inputs:   # a host step of the body reads this feed as is
+            if feeds[i] is not None and not isinstance(feeds[i], np.ndarray):
+                feeds[i] = rt.download(feeds[i], stream)
+        return run(program, feeds, outer=scope, workspaces=plan.device_workspaces,
+                   prebound=plan.prebound)
+
+    def report(self) -> list[dict[str, Any]]:
+        """Each body plan: the body, its signature, arena bytes and where its nodes run."""
+        out = []
+        for (gid, signature, _), p in list(self._plans.items()):
+            out.append({"body": self._graphs[gid].name, "signature": repr(signature),
+                        "arena_bytes": p.arena.size,
+                        "workspace_bytes": p.workspace.total, "nodes": p.nodes()})
+        return out
