@@ -142,14 +142,15 @@ class Executor:
                     env[s] = None
 
     def _step(self, step: Step, env: list[Any], workspace: WorkspaceView | None,
-              prebound: tuple[Any, ...], skipped: bool, trash: int) -> None:
+              prebound: tuple[Any, ...], skipped: bool, trash: int,
+              captured: bool = False) -> None:
         """Run one step of the general and the captured loops over ``env``."""
         args = [env[s] for s in step.in_slots]
         if skipped:             # a skipped copy: its output is its input
             env[step.out_slots[0]] = args[0]
         else:
             outs = list(prebound)
-            ctx = step.ctx if not step.has_subgraphs else self._scoped_ctx(step, env)
+            ctx = step.ctx if not step.has_subgraphs else self._scoped_ctx(step, env, captured)
             step.call(ctx, args, outs, workspace)
             for s, v in zip(step.out_slots, outs):
                 env[s if s >= 0 else trash] = v
@@ -167,7 +168,7 @@ class Executor:
 
         def run_step(i: int) -> None:
             where[0] = i
-            self._step(steps[i], env, wsl[i], pb[i], i in skip, trash)
+            self._step(steps[i], env, wsl[i], pb[i], i in skip, trash, True)
 
         for item in capture.schedule():
             if cancel is not None and cancel():
@@ -186,8 +187,10 @@ class Executor:
             for i in item.steps:     # not recorded, or an input moved: eagerly, this run
                 run_step(i)
 
-    def _scoped_ctx(self, step: Step, env: list[Any]) -> ExecutionContext:
-        """A per-call context whose ``run_subgraph`` sees this run's outer-scope values."""
+    def _scoped_ctx(self, step: Step, env: list[Any], captured: bool = False
+                    ) -> ExecutionContext:
+        """A per-call context whose ``run_subgraph`` sees this run's outer-scope values
+        (``captured``: the run follows a capture schedule, so device bodies may too)."""
         assert step.ctx is not None
         scope = {name: env[s] for name, s in step.scope_slots}
         if step.ctx.scope:
@@ -200,7 +203,8 @@ class Executor:
             if isinstance(feeds, Mapping):
                 feeds = [feeds[v.name] for v in graph.inputs]
             if bodies is not None:
-                return bodies.run(graph, feeds, scope, self.run, step.ctx.node.outer_constants)
+                return bodies.run(graph, feeds, scope, self.run, step.ctx.node.outer_constants,
+                                  captured)
             if step.placed is not None and step.placed.device != HOST:
                 raise KernelContractError(f"node {step.name!r} runs control flow on "
                                           f"{step.placed.device} but no device plans its "

@@ -96,6 +96,8 @@ class Session:
         self._executor = Executor(self._plugins.registry, self._providers)
         self._host_kernels = HostKernels(self._plugins.registry, self._providers)
         self.holder = f"session-{next(_session_ids)}"
+        self._capture = SessionCapture(self.options.capture, self.options.capture_graphs,
+                                       self.holder)
         self._device: DeviceBinding | None = None
         self._programs: dict[tuple[frozenset[str], frozenset[str]], Program] = {}
         self._program: Program = self._build_program()
@@ -108,8 +110,6 @@ class Session:
         self._output_index = {v.name: i for i, v in enumerate(self._graph.outputs)}
         self.stats: dict[str, int] = {"plans": 0, "runs": 0, "plan_cache_hits": 0}
         self._run_ids = itertools.count(1)
-        self._capture = SessionCapture(self.options.capture, self.options.capture_graphs,
-                                       self.holder)
         try:
             self._setup_memory()
         except BaseException:
@@ -156,7 +156,7 @@ class Session:
                 self._device = DeviceBinding(dev, prov, self.options.memory_limit, self.holder)
                 self._executor.device_subgraphs = DeviceSubgraphs(
                     reg, self._providers, self._device, self._host_kernels, self._admit_body,
-                    bool(self._executor.host_providers))
+                    bool(self._executor.host_providers), self._capture)
             assert self._device is not None
             try:
                 consts = self._device.upload_constants(placement.uploads, self._graph)

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from onnx_ep.core.capture import signature_text
 from onnx_ep.core.device_binding import DeviceBinding
 from onnx_ep.core.folding import HostKernels
 from onnx_ep.core.graph import Graph
@@ -40,8 +41,11 @@ from onnx_ep.errors import MemoryBudgetError, NoKernelError, PlanError
 
 log = logging.getLogger("onnx_ep")
 
-#: a body's signature: its feeds' then its outer values' ``(dtype, shape)`` (None: no value)
-BodySignature = tuple[tuple[Any, ...], ...]
+#: body plans found by identity that a DeviceSubgraphs keeps (then it starts over)
+RECENT_KEPT = 256
+
+#: a body's signature: its feeds' then its outer values' ``(dtype, shape)``
+BodySignature = tuple[tuple[Any, Any], ...]
 
 
 def spec_of(value: Any) -> TensorSpec | None:
@@ -52,7 +56,7 @@ def spec_of(value: Any) -> TensorSpec | None:
 
 
 def _sig(specs: Sequence[TensorSpec | None]) -> tuple[Any, ...]:
-    return tuple(None if s is None else (s.dtype, tuple(s.shape)) for s in specs)
+    return tuple(("none", None) if s is None else (s.dtype, tuple(s.shape)) for s in specs)
 
 
 def _known_key(known: Mapping[str, Any] | None) -> tuple[Any, ...]:
@@ -73,13 +77,21 @@ class DeviceSubgraphs:
 
     def __init__(self, registry: KernelRegistry, providers: Sequence[str],
                  device: DeviceBinding, host_kernels: HostKernels | None,
-                 admit_plan: Callable[[ExecutionPlan], None], can_fall_back: bool) -> None:
+                 admit_plan: Callable[[ExecutionPlan], None], can_fall_back: bool,
+                 capture: Any = None) -> None:
         self.registry = registry
         self.providers = list(providers)
         self.device = device
         self.host_kernels = host_kernels
         self.admit_plan = admit_plan
         self.can_fall_back = can_fall_back
+        #: the session's :class:`~onnx_ep.core.capture.SessionCapture`: a body plan run by a
+        #: captured caller records and replays its segments like the session's plans
+        self.capture = capture
+        # the plan of each (body, caller's known values, outer value objects, feed specs): the
+        # outer values are the caller's planned buffers, the same objects every run, so a
+        # run finds its plan by identity (each entry keeps its objects: ids stay theirs)
+        self._recent: dict[tuple[Any, ...], tuple[tuple[Any, ...], ExecutionPlan]] = {}
         self._programs: dict[tuple[Any, ...], Program] = {}
         self._plans: dict[tuple[int, BodySignature, tuple[Any, ...]], ExecutionPlan] = {}
         self._graphs: dict[int, Graph] = {}       # keeps each planned body alive (ids)
@@ -141,7 +153,8 @@ class DeviceSubgraphs:
             node the device cannot size here, and no host provider listed.
         """
         outer_specs = [outer.get(n) for n in graph.outer_names]
-        signature = (_sig(feeds), _sig(outer_specs))
+        # feeds then outer values, each ``(dtype, shape)``: as a session's signature reads
+        signature = _sig(feeds) + _sig(outer_specs)
         key = (id(graph), signature, _known_key(known))
         plan = self._plans.get(key)
         if plan is not None:
@@ -164,7 +177,8 @@ class DeviceSubgraphs:
             plan = plan_with_host_fallback(
                 lambda ho, pr: self.program(graph, ho, pr, outer=outer, known=known),
                 signature, specs, self.device.device,
-                fallback_reporter(self.device.device, f"body {graph.name!r} {signature}",
+                fallback_reporter(self.device.device,
+                                  f"body {graph.name!r} {signature_text(signature)}",
                                   self.can_fall_back),
                 host_kernels=self.host_kernels, check=self.unplannable, outer_known=known)
             self.admit_plan(plan)
@@ -199,7 +213,8 @@ class DeviceSubgraphs:
 
     # ---------------------------------------------------------------- running
     def run(self, graph: Graph, feeds: Sequence[Any], scope: Mapping[str, Any],
-            run: Callable[..., list[Any]], known: Mapping[str, Any] | None = None) -> list[Any]:
+            run: Callable[..., list[Any]], known: Mapping[str, Any] | None = None,
+            captured: bool = False) -> list[Any]:
         """Run ``graph`` with ``feeds`` (host arrays or device tensors) and the caller's
         ``scope``; its outputs are device tensors in the body plan's arena, valid until the
         body runs again.
@@ -207,24 +222,48 @@ class DeviceSubgraphs:
         :param run: the executor's ``run`` (the body's steps run in the caller's loop).
         :param known: the outer values the caller's plan knows by value (its control-flow
             node's :attr:`~onnx_ep.core.kernel.NodeMeta.outer_constants`).
+        :param captured: the caller runs a capture schedule: so does the body, from its
+            second run on (its first is the warm-up that picks each kernel's route).
         """
-        outer = {n: spec_of(scope.get(n)) for n in graph.outer_names}
-        plan = self.plan(graph, [spec_of(f) for f in feeds], outer, known)
+        values = tuple(scope.get(n) for n in graph.outer_names)
+        key = (id(graph), id(known), *map(id, values),
+               *((f.dtype, f.shape) if f is not None else None for f in feeds))
+        hit = self._recent.get(key)
+        if hit is not None and all(a is b for a, b in zip(hit[0], values)):
+            plan = hit[1]
+        else:
+            outer = {n: spec_of(v) for n, v in zip(graph.outer_names, values)}
+            plan = self.plan(graph, [spec_of(f) for f in feeds], outer, known)
+            if len(self._recent) >= RECENT_KEPT:
+                self._recent.clear()
+            self._recent[key] = (values, plan)
         program = plan.program
         io = program_io(program)
-        feeds = list(feeds)
-        rt, stream = self.device.runtime, self.device.stream
-        for i in io.host_read_inputs:   # a host step of the body reads this feed as is
-            if feeds[i] is not None and not isinstance(feeds[i], np.ndarray):
-                feeds[i] = rt.download(feeds[i], stream)
-        return run(program, feeds, outer=scope, workspaces=plan.device_workspaces,
-                   prebound=plan.prebound)
+        if io.host_read_inputs:
+            feeds = list(feeds)
+            rt, stream = self.device.runtime, self.device.stream
+            for i in io.host_read_inputs:   # a host step of the body reads this feed as is
+                if feeds[i] is not None and not isinstance(feeds[i], np.ndarray):
+                    feeds[i] = rt.download(feeds[i], stream)
+        cap = plan.capture if captured and self.capture is not None else None
+        if cap is not None and not cap.active:
+            cap = None
+        try:
+            out = run(program, feeds, outer=scope, workspaces=plan.device_workspaces,
+                      prebound=plan.prebound, capture=cap)
+        finally:
+            if cap is not None:
+                self.capture.after_run(("body", id(plan)), cap)
+        if captured and plan.capture is None and self.capture is not None:
+            plan.capture = self.capture.new_plan(plan, self.device, streaming=False)
+        return out
 
     def report(self) -> list[dict[str, Any]]:
         """Each body plan: the body, its signature, arena bytes and where its nodes run."""
         out = []
         for (gid, signature, _), p in list(self._plans.items()):
-            out.append({"body": self._graphs[gid].name, "signature": repr(signature),
+            out.append({"body": self._graphs[gid].name, "signature": signature_text(signature),
                         "arena_bytes": p.arena.size,
-                        "workspace_bytes": p.workspace.total, "nodes": p.nodes()})
+                        "workspace_bytes": p.workspace.total, "nodes": p.nodes(),
+                        "capture": p.capture.report() if p.capture is not None else None})
         return out

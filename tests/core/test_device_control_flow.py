@@ -76,10 +76,19 @@ def test_if_alternating_branches_with_capture_keeps_answers_and_declares_the_sea
     plugin = _plugin()
     s = onnx_ep.Session(_if_model(), providers=["fake"], plugins=[plugin],
                         options=onnx_ep.SessionOptions(capture="auto"))
-    for cond in (True, False, True, False, True):
+    for cond in (True, False) * 5:
         got = s.run(None, {"c": np.array([cond]), "x": X, "y": Y})[0]
         np.testing.assert_array_equal(got, np.maximum(X + Y if cond else X * Y, 0))
     assert NOT_CAPTURED in repr(s.capture_report())
+    # each branch records its own graph once it has run under the caller's schedule
+    for body in s.resources()["bodies"]:
+        assert body["capture"]["state"] == "recorded" and body["capture"]["replays"] >= 2
+    # a run with capture off runs the bodies eagerly too, with the same answers
+    off = onnx_ep.RunOptions(capture="off")
+    before = [b["capture"]["replays"] for b in s.resources()["bodies"]]
+    got = s.run(None, {"c": np.array([False]), "x": X, "y": Y}, off)[0]
+    np.testing.assert_array_equal(got, np.maximum(X * Y, 0))
+    assert [b["capture"]["replays"] for b in s.resources()["bodies"]] == before
 
 
 def test_a_body_node_the_device_cannot_run_falls_back_inside_the_body():

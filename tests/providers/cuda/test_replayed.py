@@ -132,3 +132,17 @@ def test_eager_runs_replaying_recorded_launches_keep_the_promise_on_the_gpu(cuda
                 feeds[v.name] = rng.standard_normal(shape).astype(np.float32)
         for got, want in zip(sess.run(None, feeds), ref.run(None, feeds)):
             np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-4)
+
+
+def test_the_same_objects_are_found_by_identity_and_equal_new_ones_by_pointer():
+    k, ctx = _Kernel(), _ctx()
+    x, y = _T(0x1000), _T(0x2000)
+    k.execute_with_workspace(ctx, [x], [y], None)
+    k.execute_with_workspace(ctx, [x], [y], None)
+    assert len(k._replays_by_id) == 1 and k.bodies == 1
+    # new objects at the same pointers, shapes and dtypes replay the same launches
+    k.execute_with_workspace(ctx, [_T(0x1000)], [_T(0x2000)], None)
+    assert k.bodies == 1 and k.enqueued == [(0x1000, 0x2000)] * 3
+    # another pointer is another launch
+    k.execute_with_workspace(ctx, [_T(0x3000)], [y], None)
+    assert k.bodies == 2 and k.enqueued[-1] == (0x3000, 0x2000)

@@ -189,6 +189,16 @@ def replayed(execute: Callable[..., None]) -> Callable[..., None]:
     @functools.wraps(execute)
     def run(self: Any, ctx: ExecutionContext, inputs: Sequence[Any], outputs: list[Any],
             workspace: Any) -> None:
+        # a planned step passes the same tensor objects every run: found by identity first
+        # (each entry holds its objects, so their ids cannot be reused while it lives)
+        seen = self.__dict__.get("_replays_by_id")
+        ids = (ctx, id(workspace), *map(id, inputs), *map(id, outputs))
+        if seen is not None:
+            hit = seen.get(ids)
+            if hit is not None:
+                for call in hit[1]:
+                    call()
+                return
         try:
             key = (ctx, ctx.stream, workspace.buffer.ptr if workspace is not None and
                    workspace.nbytes else 0, tuple(map(_signature, inputs)),
@@ -199,16 +209,22 @@ def replayed(execute: Callable[..., None]) -> Callable[..., None]:
         memo = self.__dict__.get("_replays")
         if memo is None:
             memo = self.__dict__["_replays"] = {}
+            seen = self.__dict__["_replays_by_id"] = {}
+        elif seen is None:
+            seen = self.__dict__["_replays_by_id"] = {}
         calls = memo.get(key)
-        if calls is not None:
+        if calls is None:
+            before = list(outputs)
+            with launch.Recording() as rec:
+                execute(self, ctx, inputs, outputs, workspace)
+            if not all(a is b for a, b in zip(before, outputs)):
+                return
+            calls = launch.remember(memo, key, tuple(rec.calls), REPLAYS_PER_NODE)
+        else:
             for call in calls:
                 call()
-            return
-        before = list(outputs)
-        with launch.Recording() as rec:
-            execute(self, ctx, inputs, outputs, workspace)
-        if all(a is b for a, b in zip(before, outputs)):
-            launch.remember(memo, key, tuple(rec.calls), REPLAYS_PER_NODE)
+        launch.remember(seen, ids, ((tuple(inputs), tuple(outputs), workspace), calls),
+                        REPLAYS_PER_NODE)
 
     return run
 
