@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from onnx_ep.core.dynamic import REGION_DOMAIN, REGION_OP
 from onnx_ep.core.graph import Graph, infer_node
 from onnx_ep.core.kernel import (
     CaptureSupport,
@@ -121,6 +122,28 @@ class DeviceControlFlow:
         if ctx.run_subgraph is None:
             raise self.fail(ctx, "the executor gave this control-flow node no run_subgraph")
         return list(ctx.run_subgraph(body, feeds))
+
+
+class SizedRegion(DeviceControlFlow):
+    """The nodes that depend on a run-sized value (:mod:`onnx_ep.core.dynamic`), as one
+    body planned per size its feeds have at a run: its outputs are the body plan's own
+    buffers (views of its arena), valid until the region runs again."""
+
+    #: its outputs are sized by the run, not pre-bound (see :mod:`onnx_ep.core.dynamic`)
+    sizes_at_run = True
+
+    def __init__(self, runtime: Callable[[], Any]) -> None:
+        super().__init__(runtime, 1)
+        self.key = OpKey(REGION_DOMAIN, REGION_OP, 1)
+
+    def body_signatures(self, meta: NodeMeta) -> list[tuple[Graph, list[TensorSpec | None]]]:
+        return [(meta.attr("body"), list(meta.inputs))]
+
+    def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
+                               outputs: list[Any], workspace: Any) -> None:
+        res = self.run_body(ctx, ctx.node.attr("body"), list(inputs))
+        for j, v in enumerate(res[:len(outputs)]):
+            outputs[j] = v
 
 
 def row(tensor: Any, index: int) -> Any:
@@ -356,5 +379,5 @@ def _scan_row(kernel: DeviceControlFlow, ctx: ExecutionContext, out: Any, i: int
 
 def device_control_flow(runtime: Callable[[], Any]) -> list[DeviceControlFlow]:
     """The device ``If`` (opset 1+), ``Loop`` (1+) and ``Scan`` (9+) kernels of a device
-    whose runtime ``runtime()`` returns."""
-    return [If(runtime, 1), Loop(runtime, 1), Scan(runtime, 9)]
+    whose runtime ``runtime()`` returns, and its ``onnx_ep::SizedRegion``."""
+    return [If(runtime, 1), Loop(runtime, 1), Scan(runtime, 9), SizedRegion(runtime)]

@@ -60,6 +60,8 @@ class DeviceBinding:
         self._held: list[Reservation] = []
         self._allocations: list[Any] = []
         self._uploaded: dict[str, Any] = {}
+        #: what each bound plan took, by id(plan): (allocations, reservations)
+        self._plan_memory: dict[int, tuple[list[Any], list[Reservation]]] = {}
         self._pending: dict[str, Any] = {}      # device value name -> host array, unplaced
         self._placed = False
         #: the weight pager when the session streams weights, else None
@@ -174,17 +176,31 @@ class DeviceBinding:
         :raises PlanError: a device step whose output size is unknown at plan time.
         :raises AdmissionRefused: the arena does not fit the budget.
         """
-        mark = len(self._held)
+        mark, amark = len(self._held), len(self._allocations)
         try:
             self._bind(plan)
         except BaseException:
             # roll back whatever this plan got: the ledger is as before the call
-            for a in self._allocations[mark:]:
+            for a in self._allocations[amark:]:
                 a.free()
             for r in self._held[mark:]:
                 r.release()
-            del self._allocations[mark:], self._held[mark:]
+            del self._allocations[amark:], self._held[mark:]
             raise
+        self._plan_memory[id(plan)] = (self._allocations[amark:], self._held[mark:])
+
+    def release_plan(self, plan: ExecutionPlan) -> None:
+        """Free what :meth:`bind_plan` took for ``plan`` (a body plan the session evicts);
+        the plan cannot run afterwards."""
+        allocs, held = self._plan_memory.pop(id(plan), ([], []))
+        gone = {id(x) for x in (*allocs, *held)}
+        self._allocations = [a for a in self._allocations if id(a) not in gone]
+        self._held = [r for r in self._held if id(r) not in gone]
+        for a in allocs:
+            a.free()
+        for r in held:
+            r.release()
+        plan.prebound = plan.device_workspaces = None
 
     def _bind(self, plan: ExecutionPlan) -> None:
         program, arena, ws = plan.program, plan.arena, plan.workspace
@@ -196,6 +212,9 @@ class DeviceBinding:
         prebound: list[tuple[Any, ...]] = []
         for st in program.steps:
             on_device = step_device(st) == self.device
+            if on_device and getattr(getattr(st.placed, "kernel", None), "sizes_at_run", False):
+                prebound.append((None,) * len(st.out_slots))   # it makes its own (dynamic.py)
+                continue
             aliases = step_aliases(st, [plan.specs.get(name_of.get(s, "")) for s in st.in_slots])
             outs: list[Any] = []
             for j, s in enumerate(st.out_slots):
@@ -253,6 +272,7 @@ class DeviceBinding:
                 self.runtime.synchronize(self.stream)
             finally:
                 pager.close()
+        self._plan_memory.clear()
         allocations, self._allocations = self._allocations, []
         for a in allocations:
             a.free()

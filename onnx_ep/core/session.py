@@ -24,6 +24,7 @@ import onnx
 from onnx_ep.core.admission import AdmissionRequest, admit, reserve_for_run, strategy_name
 from onnx_ep.core.capture import SessionCapture, signature_text
 from onnx_ep.core.device_binding import DeviceBinding
+from onnx_ep.core.dynamic import isolate_sized
 from onnx_ep.core.executor import Executor, copy_all
 from onnx_ep.core.feeds import FeedBinder
 from onnx_ep.core.folding import HostKernels
@@ -93,6 +94,7 @@ class Session:
         self._graph, self._fusion = fuse(build_graph(proto, self._light), self._plugins.registry,
                                          self._providers, self._plugins.fusion_rules(),
                                          self.options.fusion)
+        self._graph = isolate_sized(self._graph, self._plugins.registry, self._providers)
         self._executor = Executor(self._plugins.registry, self._providers)
         self._host_kernels = HostKernels(self._plugins.registry, self._providers)
         self.holder = f"session-{next(_session_ids)}"

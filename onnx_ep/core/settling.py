@@ -113,7 +113,9 @@ def unsized_device_steps(plan: ExecutionPlan, device: str) -> list[str]:
         spec = plan.specs.get(name_of[s])
         return spec is None or not spec.is_static
 
+    # a kernel that sizes its outputs at run time (core/dynamic.py) takes values of any size
     return [st.placed.node.name for st in plan.program.steps
             if st.placed is not None and st.placed.device == device
             and (st.placed.node.name in plan.declined
-                 or any(unsized(s) for s in (*st.in_slots, *st.out_slots)))]
+                 or (not getattr(st.placed.kernel, "sizes_at_run", False)
+                     and any(unsized(s) for s in (*st.in_slots, *st.out_slots))))]

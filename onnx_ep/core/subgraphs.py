@@ -30,6 +30,7 @@ import numpy as np
 
 from onnx_ep.core.capture import signature_text
 from onnx_ep.core.device_binding import DeviceBinding
+from onnx_ep.core.dynamic import isolate_sized
 from onnx_ep.core.folding import HostKernels
 from onnx_ep.core.graph import Graph
 from onnx_ep.core.kernel import TensorSpec
@@ -43,6 +44,8 @@ log = logging.getLogger("onnx_ep")
 
 #: body plans found by identity that a DeviceSubgraphs keeps (then it starts over)
 RECENT_KEPT = 256
+#: bound plans kept per body (a new signature beyond it frees the oldest plan's memory)
+PLANS_PER_BODY = 16
 
 #: a body's signature: its feeds' then its outer values' ``(dtype, shape)``
 BodySignature = tuple[tuple[Any, Any], ...]
@@ -95,6 +98,8 @@ class DeviceSubgraphs:
         self._programs: dict[tuple[Any, ...], Program] = {}
         self._plans: dict[tuple[int, BodySignature, tuple[Any, ...]], ExecutionPlan] = {}
         self._graphs: dict[int, Graph] = {}       # keeps each planned body alive (ids)
+        self._per_body: dict[int, list[tuple[Any, ...]]] = {}   # plan keys, oldest first
+        self._sized: dict[int, Graph] = {}        # each body with its run-sized regions
         # bodies are planned while a run holds the session's run lock, or while the session
         # plans a signature under its own lock: this one orders the two
         self._lock = threading.RLock()
@@ -113,6 +118,9 @@ class DeviceSubgraphs:
         if prog is not None:
             return prog
         dev = self.device.device
+        # a run-sized value inside the body gets a region of its own (core/dynamic.py)
+        graph = self._sized.setdefault(id(graph), isolate_sized(graph, self.registry,
+                                                                self.providers))
         placement = place(graph, self.registry, self.providers, host_only, promoted,
                           outer_device=dev, outputs_device=dev, outer_specs=outer,
                           outer_known=known)
@@ -184,7 +192,20 @@ class DeviceSubgraphs:
             self.admit_plan(plan)
             self.device.bind_plan(plan)
             self._plans[key] = plan
+            self._evict_beyond(id(graph), key)
             return plan
+
+    def _evict_beyond(self, body: int, key: tuple[Any, ...]) -> None:
+        """Keep at most :data:`PLANS_PER_BODY` plans of one body, the oldest freed first: a
+        region fed by a run-sized value meets a new size at many runs."""
+        keys = self._per_body.setdefault(body, [])
+        keys.append(key)
+        while len(keys) > PLANS_PER_BODY:
+            old = self._plans.pop(keys.pop(0))
+            self._recent = {k: v for k, v in self._recent.items() if v[1] is not old}
+            if old.capture is not None:
+                old.capture.drop()
+            self.device.release_plan(old)
 
     def unplannable(self, plan: ExecutionPlan) -> dict[str, str]:
         """Plan the bodies of ``plan``'s device control-flow steps at its specs (their
