@@ -129,8 +129,10 @@ class SizedRegion(DeviceControlFlow):
     body planned per size its feeds have at a run: its outputs are the body plan's own
     buffers (views of its arena), valid until the region runs again."""
 
-    #: its outputs are sized by the run, not pre-bound (see :mod:`onnx_ep.core.dynamic`)
+    #: its outputs are sized by the run, not pre-bound, and so are its feeds (see
+    #: :mod:`onnx_ep.core.dynamic`)
     sizes_at_run = True
+    reads_run_sized = True
 
     def __init__(self, runtime: Callable[[], Any]) -> None:
         super().__init__(runtime, 1)

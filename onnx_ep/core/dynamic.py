@@ -17,6 +17,17 @@ device, so the values never go through the host; only the size is read back.
 By construction a cone's values are read outside it only as graph outputs, so the
 region's outputs are graph outputs; they too are sized by the run (views of the body
 plan's arena, downloaded or copied out by the session at the end of the run).
+
+The two kernel attributes the planner reads (:func:`~onnx_ep.core.settling.unsized_device_steps`,
+:meth:`~onnx_ep.core.device_binding.DeviceBinding.bind_plan`):
+
+- ``sizes_at_run = True``: the kernel's outputs are not pre-bound; it sets them itself;
+- ``reads_run_sized = True``: the kernel takes inputs of sizes the plan does not know (a
+  region's feeds).
+
+A region's body is planned when its size is first met, during a run: its bytes are
+admitted then (a refusal is the run's typed error, the session stays usable), and at most
+:data:`~onnx_ep.core.subgraphs.PLANS_PER_BODY` plans of one body are kept.
 """
 
 from __future__ import annotations

@@ -113,9 +113,14 @@ def unsized_device_steps(plan: ExecutionPlan, device: str) -> list[str]:
         spec = plan.specs.get(name_of[s])
         return spec is None or not spec.is_static
 
-    # a kernel that sizes its outputs at run time (core/dynamic.py) takes values of any size
+    def needs_sizes(st: Any) -> tuple[int, ...]:
+        # a kernel that sizes its outputs at run time (core/dynamic.py) makes its own; one
+        # that reads run-sized values (a region) takes them at any size
+        kernel = st.placed.kernel
+        ins = () if getattr(kernel, "reads_run_sized", False) else st.in_slots
+        return ins + (() if getattr(kernel, "sizes_at_run", False) else st.out_slots)
+
     return [st.placed.node.name for st in plan.program.steps
             if st.placed is not None and st.placed.device == device
             and (st.placed.node.name in plan.declined
-                 or (not getattr(st.placed.kernel, "sizes_at_run", False)
-                     and any(unsized(s) for s in (*st.in_slots, *st.out_slots))))]
+                 or any(unsized(s) for s in needs_sizes(st)))]

@@ -83,13 +83,14 @@ def kernel_modules() -> tuple[ModuleType, ...]:
         quantize,
         reduce,
         resize,
+        selection,
         shape,
         softmax,
     )
 
     return (cast, elementwise, activation, movement, shape, reduce, softmax, gemm, conv, pool,
             attention, loss, normalization, resize, indexing, einsum, quantize, fused,
-            fused_gemm, gated, control_flow)
+            fused_gemm, gated, control_flow, selection)
 
 
 def is_available() -> Support:
