@@ -275,8 +275,11 @@ def _convert_graph(gp: onnx.GraphProto, opsets: dict[str, int], outer: frozenset
         node.implicit_inputs = tuple(implicit)
         nodes.append(node)
 
-    produced_outer = [n for n in _free_names(nodes, local) if n in outer]
-    unknown = [n for n in _free_names(nodes, local) if n not in outer]
+    free = _free_names(nodes, local)
+    unknown = [n for n in free if n not in outer]
+    # a subgraph may hand an outer value back as its output, read by no node of its own
+    free += [o.name for o in outputs if o.name not in local and o.name not in free]
+    produced_outer = [n for n in free if n in outer]
     if unknown:
         raise ModelError(f"graph {gp.name!r} reads value(s) {unknown[:5]} that no node, "
                          f"input or initializer defines")

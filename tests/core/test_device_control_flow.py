@@ -332,3 +332,71 @@ def test_a_body_kernel_reads_a_value_its_caller_knows():
     np.testing.assert_array_equal(s.run(None, {"c": np.array([True]), "x": X})[0], X.sum(1))
     assert plugin.kernels["ReduceSum"].seen == [(1,)]
     assert all(b["nodes"]["by_provider"] == {"fake": 1} for b in s.resources()["bodies"])
+
+
+def test_a_branch_may_hand_back_an_outer_value_or_a_constant():
+    then = helper.make_graph([], "then", [], [vi("x", F, [2, 3])])          # x as is
+    other = helper.make_graph(
+        [n("Constant", [], ["k"], value=helper.make_tensor("kv", F, [2, 3], [1.0] * 6)),
+         n("Add", ["k", "y"], ["e"], name="else_add")], "else", [], [vi("e", F, [2, 3])])
+    model = _model([n("If", ["c"], ["o"], then_branch=then, else_branch=other, name="if"),
+                    n("Relu", ["o"], ["z"], name="relu")],
+                   [vi("c", TensorProto.BOOL, [1]), vi("x", F, [2, 3]), vi("y", F, [2, 3])],
+                   [vi("z", F, [2, 3])])
+    s = onnx_ep.Session(model, providers=["fake"], plugins=[_plugin()])
+    ref = onnx_ep.Session(model, providers=["cpu_reference"])
+    for cond, want in ((True, np.maximum(X, 0)), (False, np.maximum(Y + 1, 0))):
+        feeds = {"c": np.array([cond]), "x": X, "y": Y}
+        np.testing.assert_array_equal(ref.run(None, feeds)[0], want)
+        np.testing.assert_array_equal(s.run(None, feeds)[0], want)
+    assert s.placement_summary() == {"fake": 2}
+
+
+def test_a_loop_that_runs_zero_times_hands_back_its_initial_state():
+    model = _loop_model()
+    model.graph.initializer[0].CopyFrom(helper.make_tensor("M", TensorProto.INT64, [], [0]))
+    s = onnx_ep.Session(model, providers=["fake"], plugins=[_plugin()])
+    np.testing.assert_array_equal(s.run(None, {"s0": Y, "x": X})[0], np.maximum(Y, 0))
+
+
+def test_an_if_inside_a_loop_body_runs_on_the_device_too():
+    """Each iteration adds x or multiplies by y, chosen by the iteration's parity (the
+    condition read back inside the body's own plan)."""
+    two = helper.make_tensor("two", TensorProto.INT64, [], [2])
+    zero = helper.make_tensor("zero", TensorProto.INT64, [], [0])
+    inner_then = helper.make_graph([n("Add", ["s", "x"], ["t"])], "even", [], [vi("t", F, [2, 3])])
+    inner_else = helper.make_graph([n("Mul", ["s", "y"], ["e"])], "odd", [], [vi("e", F, [2, 3])])
+    body = helper.make_graph(
+        [n("Mod", ["i", "two"], ["r"]), n("Equal", ["r", "zero"], ["even"]),
+         n("If", ["even"], ["s2"], then_branch=inner_then, else_branch=inner_else,
+           name="inner_if")], "body",
+        [vi("i", TensorProto.INT64, []), vi("cond_in", TensorProto.BOOL, []),
+         vi("s", F, [2, 3])], [vi("cond_in", TensorProto.BOOL, []), vi("s2", F, [2, 3])],
+        initializer=[two, zero])
+    g = helper.make_graph([n("Loop", ["M", "", "s0"], ["final"], body=body, name="loop")],
+                          "nested", [vi("s0", F, [2, 3]), vi("x", F, [2, 3]),
+                                     vi("y", F, [2, 3])], [vi("final", F, [2, 3])],
+                          initializer=[helper.make_tensor("M", TensorProto.INT64, [], [3])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)],
+                              ir_version=ORACLE_IR_VERSION)
+    want = ((Y + X) * Y) + X
+    ref = onnx_ep.Session(model, providers=["cpu_reference"]).run(None, {"s0": Y, "x": X,
+                                                                        "y": Y})[0]
+    np.testing.assert_array_equal(ref, want)
+    s = onnx_ep.Session(model, providers=["fake"], plugins=[_plugin()])
+    for _ in range(2):
+        np.testing.assert_array_equal(s.run(None, {"s0": Y, "x": X, "y": Y})[0], want)
+    assert s.placement_summary() == {"fake": 1}
+    names = {b["body"] for b in s.resources()["bodies"]}
+    assert {"body", "even", "odd"} <= names
+
+
+def test_a_scan_over_no_rows_hands_back_its_initial_state_and_empty_outputs():
+    model = _scan_model()
+    model.graph.input[1].CopyFrom(vi("X", F, [0, 3]))
+    model.graph.output[1].CopyFrom(vi("Y", F, [0, 3]))
+    s = onnx_ep.Session(model, providers=["fake"], plugins=[_plugin()])
+    s0 = np.array([1, -1, 0], np.float32)
+    final, ys = s.run(None, {"s0": s0, "X": np.zeros((0, 3), np.float32)})
+    np.testing.assert_array_equal(final, s0)
+    assert ys.shape == (0, 3)
