@@ -42,6 +42,9 @@ from onnx_ep.core.kernel import (
 )
 from onnx_ep.errors import NodeError
 
+#: byte alignment of each carried value's home in a Loop's or Scan's scratch
+HOME_ALIGNMENT = 256
+
 #: why a device control-flow kernel is never recorded into a CUDA graph
 NOT_CAPTURED = ("reads its condition or trip count back to the host and runs its bodies as "
                 "plans of their own")
@@ -341,13 +344,18 @@ def body_output_specs(body: Graph, feeds: Sequence[TensorSpec | None],
     return [specs.get(v.name) for v in body.outputs]
 
 
+def _home_bytes(spec: TensorSpec) -> int:
+    """Bytes one carried value takes in the node's scratch (planning and running alike)."""
+    return -(-spec.nbytes // HOME_ALIGNMENT) * HOME_ALIGNMENT
+
+
 def _unused_state_bytes(meta: NodeMeta, first: int, n_state: int) -> int:
     """Scratch for the carried values whose final output is unused (ping-pong homes)."""
     total = 0
     for k in range(n_state):
         spec = meta.inputs[first + k]
         if (k >= len(meta.output_names) or not meta.output_names[k]) and spec is not None:
-            total += -(-spec.nbytes // 256) * 256
+            total += _home_bytes(spec)
     return total
 
 
@@ -366,8 +374,7 @@ def _state_homes(ctx: ExecutionContext, outs: Sequence[Any], workspace: Any,
             raise NodeError("a carried value has neither an output buffer nor scratch",
                             node=ctx.node.name, op_type=ctx.node.op_type)
         homes.append(workspace.buffer.view(np.dtype(x.dtype), tuple(x.shape), offset))
-        offset += -(-int(np.prod(x.shape, dtype=np.int64)) * np.dtype(x.dtype).itemsize
-                    // 256) * 256
+        offset += _home_bytes(TensorSpec(np.dtype(x.dtype), tuple(x.shape)))
     return homes
 
 

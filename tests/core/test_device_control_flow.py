@@ -400,3 +400,22 @@ def test_a_scan_over_no_rows_hands_back_its_initial_state_and_empty_outputs():
     final, ys = s.run(None, {"s0": s0, "X": np.zeros((0, 3), np.float32)})
     np.testing.assert_array_equal(final, s0)
     assert ys.shape == (0, 3)
+
+
+def test_a_carried_value_nobody_reads_ping_pongs_through_scratch():
+    """The final state is unused (output name ""): the loop carries it through its scratch
+    and writes only the per-iteration rows."""
+    model = _loop_model(scan_output=True)
+    loop = model.graph.node[0]
+    del loop.output[:]
+    loop.output.extend(["", "rows"])
+    del model.graph.node[1]                     # the Relu of the final state
+    del model.graph.output[0]
+    ref = onnx_ep.Session(model, providers=["cpu_reference"]).run(None, {"s0": Y, "x": X})[0]
+    want = np.stack([np.maximum(Y + k * X, 0) for k in (1, 2, 3)])
+    np.testing.assert_array_equal(ref, want)
+    s = onnx_ep.Session(model, providers=["fake"], plugins=[_plugin()])
+    for _ in range(2):
+        np.testing.assert_array_equal(s.run(None, {"s0": Y, "x": X})[0], want)
+    (plan,) = s.resources()["plans"]
+    assert plan["nodes"]["by_provider"] == {"fake": 1} and not plan["nodes"]["host"]
