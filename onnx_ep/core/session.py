@@ -156,8 +156,10 @@ class Session:
                 prov = next(reg.providers[p] for p in self._providers
                             if reg.providers[p].device == dev)
                 self._device = DeviceBinding(dev, prov, self.options.memory_limit, self.holder)
+                me = weakref.ref(self)      # no cycle: a dropped session frees at once
                 self._executor.device_subgraphs = DeviceSubgraphs(
-                    reg, self._providers, self._device, self._host_kernels, self._admit_body,
+                    reg, self._providers, self._device, self._host_kernels,
+                    lambda plan: me()._admit_body(plan),  # type: ignore[union-attr]
                     bool(self._executor.host_providers), self._capture)
             assert self._device is not None
             try:

@@ -419,3 +419,26 @@ def test_a_carried_value_nobody_reads_ping_pongs_through_scratch():
         np.testing.assert_array_equal(s.run(None, {"s0": Y, "x": X})[0], want)
     (plan,) = s.resources()["plans"]
     assert plan["nodes"]["by_provider"] == {"fake": 1} and not plan["nodes"]["host"]
+
+
+def test_a_dropped_device_session_frees_its_memory_at_once():
+    """No reference cycle through the bodies' planner: a session nobody holds is freed by
+    reference counting, with its device memory, not at some later garbage collection."""
+    import gc
+    import weakref
+
+    plugin = _plugin()
+    s = onnx_ep.Session(_if_model(), providers=["fake"], plugins=[plugin],
+                        options=onnx_ep.SessionOptions(capture="auto"))
+    for cond in (True, False) * 3:
+        s.run(None, {"c": np.array([cond]), "x": X, "y": Y})
+    gone = weakref.ref(s)
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        del s
+        assert gone() is None
+        assert plugin.runtime.live == 0
+    finally:
+        if was:
+            gc.enable()
