@@ -157,6 +157,8 @@ class Provider:
     :ivar runtime: for device providers, returns the :class:`DeviceRuntime`
         (called only once the provider is selected and available).
     :ivar description: one line for ``onnx-ep providers``.
+    :ivar sealed: the provider is an oracle (``cpu_reference``): kernels for the ops it
+        implements come from its own plugin only (:exc:`KernelConflictError` otherwise).
     """
 
     name: str
@@ -165,3 +167,6 @@ class Provider:
     is_available: Callable[[], Support] = _always_available
     runtime: Callable[[], DeviceRuntime] | None = None
     description: str = ""
+    #: the provider is an oracle: no plugin but the one that registered it may register a
+    #: kernel for an op it implements (any version); others may only add ops it lacks
+    sealed: bool = False

@@ -73,7 +73,17 @@ class KernelRegistry:
             raise PluginError(f"kernel {kernel.key} registered for unknown provider "
                               f"{provider!r} (registered providers: {known}); register the "
                               f"provider in onnx_ep_register_providers first", plugin=plugin)
-        for other in self._kernels.get((provider, kernel.key.domain, kernel.key.op_type), ()):
+        owner = self._provider_plugin.get(provider)
+        versions = self._kernels.get((provider, kernel.key.domain, kernel.key.op_type), ())
+        if self.providers[provider].sealed and plugin != owner and any(
+                e.plugin == owner for e in versions):
+            op = f"{kernel.key.domain or 'ai.onnx'}::{kernel.key.op_type}"
+            raise KernelConflictError(
+                f"provider {provider!r} is the reference every other provider is held to: "
+                f"no plugin may register, replace or shadow its {op} (a kernel since opset "
+                f"{kernel.key.since} was offered); register the kernel on a provider of "
+                f"your own", plugin=plugin)
+        for other in versions:
             if other.since == kernel.key.since:
                 raise KernelConflictError(
                     f"a kernel for {kernel.key} (since opset {kernel.key.since}) on provider "

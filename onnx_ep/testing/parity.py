@@ -130,6 +130,9 @@ class ParityReport:
     :ivar nodes: one :class:`NodeParity` per top-level node in topological order
         (``per_node=True``), else ``None``.
     :ivar placement: nodes per provider in the session under test.
+    :ivar reference_kernels: which reference it was: ``provider``, the ``onnx_ep`` version,
+        the ``plugins`` whose kernels the reference run used, and a ``fingerprint`` of those
+        kernels (ops, versions, classes and their source files), so a changed oracle shows.
     """
 
     model: str
@@ -138,6 +141,7 @@ class ParityReport:
     outputs: tuple[OutputParity, ...]
     nodes: tuple[NodeParity, ...] | None = None
     placement: Mapping[str, int] = attrs.Factory(dict)
+    reference_kernels: Mapping[str, Any] = attrs.Factory(dict)
 
     @property
     def ok(self) -> bool:
@@ -170,6 +174,7 @@ class ParityReport:
         first = self.first_broken
         diverged = self.first_diverged
         return {"model": self.model, "provider": self.provider, "reference": self.reference,
+                "reference_kernels": dict(self.reference_kernels),
                 "ok": self.ok, "placement": dict(self.placement),
                 "outputs": [o.to_dict() for o in self.outputs],
                 "per_node": self.nodes is not None,
@@ -221,7 +226,42 @@ def compare(model: str | os.PathLike[str] | bytes | onnx.ModelProto,
     if per_node:
         nodes = tuple(_compare_nodes(proto, tested, ref, providers, reference, plugins))
     return ParityReport(label, provider, reference, tuple(outputs), nodes,
-                        tested.session.placement_summary())
+                        tested.session.placement_summary(), reference_kernels(ref.session))
+
+
+def reference_kernels(session: Any) -> dict[str, Any]:
+    """Which kernels ``session`` (the reference run) used: its provider(s), the onnx_ep
+    version, the plugins that registered them and a fingerprint over each kernel's op,
+    version, plugin, class and the bytes of the file defining it."""
+    import hashlib
+    import inspect
+
+    import onnx_ep
+
+    registry = session._plugins.registry
+    rows: set[tuple[str, ...]] = set()
+    files: dict[str, str] = {}
+    for step in session._program.placement.steps:
+        if not isinstance(step, PlacedNode):
+            continue
+        meta = step.meta
+        entry = registry.kernel_for(step.provider, meta.domain, meta.op_type, meta.opset)
+        cls = type(entry.kernel if entry is not None else step.kernel)
+        try:
+            path = inspect.getsourcefile(cls) or ""
+        except TypeError:
+            path = ""
+        if path and path not in files:
+            with open(path, "rb") as f:
+                files[path] = hashlib.sha256(f.read()).hexdigest()
+        rows.add((step.provider, meta.domain, meta.op_type,
+                  str(entry.since if entry is not None else ""),
+                  entry.plugin if entry is not None else "", f"{cls.__module__}.{cls.__qualname__}",
+                  files.get(path, "")))
+    digest = hashlib.sha256("\n".join("|".join(r) for r in sorted(rows)).encode()).hexdigest()
+    return {"providers": sorted({r[0] for r in rows}), "onnx_ep": onnx_ep.__version__,
+            "plugins": sorted({r[4] for r in rows}), "kernels": len(rows),
+            "fingerprint": digest[:16]}
 
 
 class _Run:
@@ -353,7 +393,12 @@ def format_report(r: ParityReport) -> str:
     """The readable form of a report (what ``str(report)`` and ``onnx-ep parity`` print)."""
     where = ", ".join(f"{p}: {n}" for p, n in r.placement.items())
     lines = [f"parity of {r.model}: {r.provider} against {r.reference} (nodes per provider: "
-             f"{where or 'none'})", ""]
+             f"{where or 'none'})"]
+    ref = r.reference_kernels
+    if ref:
+        lines.append(f"reference kernels: {ref['kernels']} from {', '.join(ref['plugins'])} "
+                     f"(onnx_ep {ref['onnx_ep']}, fingerprint {ref['fingerprint']})")
+    lines.append("")
     rows = [[o.name, o.dtype, "-" if o.shape is None else str(list(o.shape)),
              "yes" if o.bytes_equal else "no", _num(o.max_ulp), _num(o.max_abs),
              _num(o.max_rel), str(o.promise), f"{o.node} ({o.provider})" if o.node else "-",

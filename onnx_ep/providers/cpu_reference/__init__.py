@@ -16,7 +16,7 @@ from onnx_ep.core.provider import Provider
 
 NAME = "cpu_reference"
 
-PROVIDER = Provider(name=NAME, device="cpu", priority=0,
+PROVIDER = Provider(name=NAME, device="cpu", priority=0, sealed=True,
                     description="numpy reference kernels (the parity oracle)")
 
 
