@@ -1,9 +1,11 @@
 """The ``onnx-ep`` command: run a model, compare providers, list providers, run the demo.
 
 Errors raised by onnx-ep (:mod:`onnx_ep.errors`) print one ``error: ...`` line
-on stderr and exit with status 2, like a usage error; anything else is a bug
-and keeps its traceback. Progress goes to stderr, results to stdout; ``--json``
-prints one JSON document and no progress.
+on stderr and exit with status 2, like a usage error (with ``--json``, a JSON document
+``{"error": type, "message": ...}`` on stdout instead); anything else is a bug and keeps
+its traceback. Progress goes to stderr, results to stdout; ``--json`` prints one JSON
+document and no progress. A reader that stops early (``| head``) ends the command quietly,
+with status 0.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -552,13 +555,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     func: Callable[[argparse.Namespace], int] = args.func
     try:
-        return func(args)
+        status = func(args)
+        sys.stdout.flush()          # a closed pipe raises here, inside this try
+        return status
     except OnnxEpError as exc:
+        if getattr(args, "json", False):
+            # a --json caller parses stdout: the error is a JSON document there too
+            print(json.dumps({"error": type(exc).__name__, "message": str(exc)}))
+            return 2
         first, *rest = str(exc).strip().splitlines() or [type(exc).__name__]
         print(f"error: {first}", file=sys.stderr)
         for line in rest:   # e.g. an NVRTC compiler log
             print(f"  {line}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # the reader went away (``onnx-ep providers | head -1``): what it wanted it got.
+        # Point stdout at devnull so the interpreter's last flush does not raise again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130

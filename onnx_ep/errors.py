@@ -98,10 +98,12 @@ class NoKernelError(UnsupportedOpError):
     def __init__(self, *, node: str, op: str, opset: int,
                  tried: dict[str, str]) -> None:
         tried_txt = ", ".join(f"{p} ({why})" for p, why in tried.items()) or "none"
+        # the reference runs every standard op: suggest it only where it was not asked
+        add = "" if "cpu_reference" in tried else "Add 'cpu_reference' to providers=, or "
         super().__init__(
             f"no kernel for {op} (opset {opset}) on node {node!r}. Providers tried: "
-            f"{tried_txt}. Add 'cpu_reference' to providers=, or register a kernel "
-            f"via the onnx_ep_register_kernels hook.")
+            f"{tried_txt}. {add}{'r' if add else 'R'}egister a kernel via the "
+            f"onnx_ep_register_kernels hook.")
         self.node = node
         self.op = op
         self.opset = opset

@@ -81,11 +81,34 @@ def test_demo_json_runs_and_matches_onnxruntime(capsys) -> None:
 
 
 def test_missing_model_exits_2_with_one_error_line(tmp_path: Path, capsys) -> None:
-    assert main(["run", str(tmp_path / "nope.onnx"), "--json"]) == 2
+    assert main(["run", str(tmp_path / "nope.onnx")]) == 2
     out, err = capsys.readouterr()
     assert out == ""
-    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
-    assert "nope.onnx" in err
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and err.endswith(errors[0] + "\n") and "Traceback" not in err
+    assert "nope.onnx" in errors[0]
+
+
+def test_with_json_an_error_is_a_json_document_with_the_same_status(tmp_path: Path,
+                                                                      capsys) -> None:
+    assert main(["run", str(tmp_path / "nope.onnx"), "--json"]) == 2
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    assert doc["error"] == "ModelError" and "nope.onnx" in doc["message"]
+    assert err == ""
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly() -> None:
+    """``onnx-ep providers | head -1``: the closed pipe is not a traceback, the status 0."""
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-m", "onnx_ep.cli", "providers"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()                     # the reader is gone before anything is written
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 0, err
+    assert "Traceback" not in err and "BrokenPipe" not in err
 
 
 def test_unknown_input_name_exits_2(tmp_path: Path, capsys) -> None:

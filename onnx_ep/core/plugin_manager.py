@@ -27,7 +27,7 @@ import pluggy
 from onnx_ep.core import hookspecs
 from onnx_ep.core.provider import Provider
 from onnx_ep.core.registry import KernelEntry, KernelRegistry
-from onnx_ep.errors import KernelConflictError, PluginError, ProviderUnavailable
+from onnx_ep.errors import KernelConflictError, OptionsError, PluginError, ProviderUnavailable
 
 ENTRY_POINT_GROUP = "onnx_ep"
 #: comma-separated entry-point names to load; unset loads all, empty or "none" loads none
@@ -221,9 +221,17 @@ def resolve_providers(requested: Sequence[str] | None, plugins: PluginSet) -> li
     first.
 
     :raises ProviderUnavailable: for an unknown or unavailable provider.
+    :raises OptionsError: ``requested`` is a string (not a list of names) or empty.
     """
     reg = plugins.registry
     available = reg.available()
+    if isinstance(requested, str):
+        raise OptionsError(f"providers must be a list of provider names, e.g. "
+                           f"[{requested!r}], not the string {requested!r}")
+    if requested is not None and len(requested) == 0:
+        raise OptionsError(f"providers=[] names no provider; list at least one (available "
+                           f"here: {', '.join(available) or 'none'}), or pass None for all "
+                           f"available, best first")
     if requested is None:
         env = [p.strip() for p in os.environ.get("ONNX_EP_PROVIDERS", "").split(",") if p.strip()]
         if not env:
