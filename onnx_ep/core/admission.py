@@ -16,8 +16,8 @@ from typing import Any, Protocol
 
 import attrs
 
-from onnx_ep.core.memory import DeviceMemoryAuthority, LedgerView, Reservation, Role
-from onnx_ep.errors import AdmissionRefused, PluginError
+from onnx_ep.core.memory import DeviceMemoryAuthority, Fit, LedgerView, Reservation, Role, fit
+from onnx_ep.errors import AdmissionRefused, CapacityUnavailable, PluginError
 
 
 @attrs.frozen
@@ -78,6 +78,35 @@ def admit(strategy: AdmissionStrategy, request: AdmissionRequest,
                           f"{type(decision).__name__}, expected an AdmissionDecision")
     if decision.refusal is not None:
         raise decision.refusal
+
+
+def admit_plan(strategy: AdmissionStrategy, session: str, holder: str, plan: Any,
+               authority: DeviceMemoryAuthority) -> None:
+    """Admit the whole of a plan held for the session's life (a device plan or a control-flow
+    body's): its arena, step workspace and session workspace, charged to ``holder``."""
+    ws = plan.workspace
+    admit(strategy, AdmissionRequest(session, holder, plan.arena.size, ws.step_peak,
+                                     ws.session_peak), authority)
+
+
+def refuse_never(session: str, plan: Any, weight_bytes: int,
+                 authority: DeviceMemoryAuthority) -> None:
+    """Refuse at load what no run could ever be admitted for: the weights and a static
+    ``plan`` (arena and workspaces) together over the whole budget.
+
+    :raises CapacityUnavailable: naming each part and the budget.
+    """
+    ws = plan.workspace
+    parts = {"weights": weight_bytes, "activations": plan.arena.size,
+             "step workspace": ws.step_peak, "session workspace": ws.session_peak}
+    need = sum(authority.round_up(n) for n in parts.values())
+    if fit(need, budget=authority.budget, committed=0) is Fit.NEVER:
+        listed = ", ".join(f"{k} {v}" for k, v in parts.items() if v)
+        raise CapacityUnavailable(
+            f"{session} needs {need} bytes for its inputs' one shape ({listed}) but the "
+            f"budget on {authority.device} is {authority.budget}: no run could ever be "
+            f"admitted. Raise memory_limit, lower the input sizes, or use weight_streaming",
+            requested=need, available=authority.budget, holder=session)
 
 
 def reserve_for_run(request: AdmissionRequest,

@@ -21,7 +21,7 @@ import attrs
 import numpy as np
 import onnx
 
-from onnx_ep.core.admission import AdmissionRequest, admit, reserve_for_run, strategy_name
+from onnx_ep.core import admission as adm
 from onnx_ep.core.capture import SessionCapture, signature_text
 from onnx_ep.core.device_binding import DeviceBinding
 from onnx_ep.core.dynamic import isolate_sized
@@ -124,7 +124,7 @@ class Session:
                  "(streaming %s), admission %s", self.holder, len(self._graph.nodes),
                  self._program.placement.count_by_provider(), self._authority.budget,
                  self._authority.device, self.memory_policy.name,
-                 "on" if self.memory_policy.streams else "off", strategy_name(self._admission))
+                 "on" if self.memory_policy.streams else "off", adm.strategy_name(self._admission))
         self._notify("onnx_ep_session_created", session=self)
 
     def _build_program(self, host_only: frozenset[str] = frozenset(),
@@ -192,6 +192,10 @@ class Session:
             hook.onnx_ep_select_memory_policy(
                 model_bytes=self._graph.weight_bytes, planned_peak=peak,
                 budget=self._authority.budget, options=self.options))
+        if self._device is None and self._plans:      # a static plan that can never fit
+            adm.refuse_never(self.holder, next(iter(self._plans.values())),
+                             0 if self.memory_policy.streams else self._graph.weight_bytes,
+                             self._authority)
         self._held: list[Reservation] = []      # session-lifetime reservations
         #: the executor's weight source when streaming: a host WeightStore or a DevicePager
         self._weights: Any = None
@@ -263,7 +267,7 @@ class Session:
                 "policy": {"name": self.memory_policy.name,
                            "streaming": bool(self.memory_policy.streams),
                            "counters": self.memory_policy.counters()},
-                "admission": strategy_name(self._admission), "plans": plans,
+                "admission": adm.strategy_name(self._admission), "plans": plans,
                 "bodies": bodies.report() if (bodies := self._executor.device_subgraphs) else [],
                 "capture": self.capture_report(), "fusion": self._fusion.as_dict()}
 
@@ -486,10 +490,8 @@ class Session:
                 self._capture.check_plan(plan, device)
                 # a device plan holds its arena and workspaces for the session's life: admit
                 # the whole of it now, before any run uses it
-                ws = plan.workspace
-                admit(self._admission, AdmissionRequest(
-                    self.holder, f"{self.holder}/plan", plan.arena.size, ws.step_peak,
-                    ws.session_peak), self._authority)
+                adm.admit_plan(self._admission, self.holder, f"{self.holder}/plan", plan,
+                           self._authority)
                 device.bind_plan(plan)
             self._plans[signature] = plan
             self.stats["plans"] += 1
@@ -499,10 +501,7 @@ class Session:
 
     def _admit_body(self, plan: ExecutionPlan) -> None:
         """Admit a device control-flow body's plan (held, like the session's plans)."""
-        ws = plan.workspace
-        admit(self._admission, AdmissionRequest(self.holder, f"{self.holder}/body",
-                                                plan.arena.size, ws.step_peak,
-                                                ws.session_peak), self._authority)
+        adm.admit_plan(self._admission, self.holder, f"{self.holder}/body", plan, self._authority)
 
     def _admit(self, plan: ExecutionPlan, holder: str) -> list[Reservation]:
         """Ask for the run's whole need before any work; reserve it or raise a refusal."""
@@ -511,11 +510,11 @@ class Session:
         ws = plan.workspace
         have = self._persistent.requested if self._persistent is not None else 0
         growth = max(0, ws.session_peak - have)
-        request = AdmissionRequest(self.holder, holder, plan.arena.size, ws.step_peak, growth)
-        admit(self._admission, request, self._authority)
+        request = adm.AdmissionRequest(self.holder, holder, plan.arena.size, ws.step_peak, growth)
+        adm.admit(self._admission, request, self._authority)
         if growth:
             self._grow_persistent(ws.session_peak)
-        return reserve_for_run(request, self._authority)
+        return adm.reserve_for_run(request, self._authority)
 
     def _grow_persistent(self, nbytes: int) -> None:
         with self._lock, self._authority.grant() as g:

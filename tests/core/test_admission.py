@@ -205,3 +205,40 @@ def test_a_kernel_error_during_a_cancellable_run_names_the_failing_node():
     s._program.steps[1].call = boom      # the second node fails; RunOptions takes the slow loop
     with pytest.raises(NodeError, match="add1.*kernel exploded"):
         s.run(None, {"x": np.ones(1, np.float32)}, run_options=RunOptions())
+
+
+def _relu_model(dim0):
+    from onnx import TensorProto, helper
+
+    from tests.helpers.oracle import ORACLE_IR_VERSION
+
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "big",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [dim0, 1000])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [dim0, 1000])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)],
+                             ir_version=ORACLE_IR_VERSION)
+
+
+def test_a_static_plan_that_can_never_fit_is_refused_at_load():
+    limit = 1_000_003          # an authority of its own: nothing else on this ledger
+    authority = authority_for("cpu", limit)
+    before = authority.committed
+    with pytest.raises(CapacityUnavailable) as info:
+        onnx_ep.Session(_relu_model(1000), providers=["cpu_reference"],
+                        options=SessionOptions(memory_limit=limit))
+    msg = str(info.value)
+    assert "no run could ever be admitted" in msg and "activations 4000000" in msg
+    assert info.value.http_status == 429 and info.value.requested > limit
+    assert authority.committed == before
+
+
+def test_a_plan_that_fits_or_depends_on_the_inputs_is_not_refused_at_load():
+    limit = 1_000_033
+    onnx_ep.Session(_relu_model(10), providers=["cpu_reference"],
+                    options=SessionOptions(memory_limit=limit))
+    s = onnx_ep.Session(_relu_model("n"), providers=["cpu_reference"],
+                        options=SessionOptions(memory_limit=limit))
+    with pytest.raises(CapacityUnavailable):             # refused at the run instead
+        s.run(None, {"x": np.zeros((1000, 1000), np.float32)})
+    np.testing.assert_array_equal(s.run(None, {"x": np.ones((10, 1000), np.float32)})[0],
+                                  np.ones((10, 1000), np.float32))
