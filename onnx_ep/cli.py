@@ -348,7 +348,8 @@ def cmd_resources(args: argparse.Namespace) -> int:
 
 
 def providers_info() -> dict[str, Any]:
-    """Providers (available or why not), plugins, kernel counts and registration errors."""
+    """Providers (available or why not, and the plugin each came from), plugins, kernel
+    counts, broken installed plugins and registration errors."""
     from onnx_ep.core.plugin_manager import default_plugins
 
     plugins = default_plugins()
@@ -361,7 +362,9 @@ def providers_info() -> dict[str, Any]:
                           "reason": "" if verdict else verdict.reason, "device": p.device,
                           "priority": p.priority, "kernels": counts.get(p.name, 0),
                           "plugin": reg.provider_plugin(p.name), "description": p.description})
+    broken = plugins.broken()
     return {"providers": providers, "plugins": list(plugins.plugin_names),
+            "broken": [{"plugin": n, "reason": why} for n, why in broken.items()],
             "errors": [{"plugin": e.plugin, "message": str(e)} for e in plugins.errors]}
 
 
@@ -375,8 +378,12 @@ def cmd_providers(args: argparse.Namespace) -> int:
         print(f"{p['name']:<16} {state}; {p['kernels']} kernels; device {p['device']}; "
               f"priority {p['priority']}; from plugin {p['plugin']}")
     print(f"plugins: {', '.join(info['plugins']) or 'none'}")
+    for b in info["broken"]:
+        print(f"broken plugin {b['plugin']} (disabled; leave it out with ONNX_EP_PLUGINS): "
+              f"{b['reason']}")
     for e in info["errors"]:
-        print(f"registration error: {e['message']}")
+        if e["plugin"] not in {b["plugin"] for b in info["broken"]}:
+            print(f"registration error: {e['message']}")
     return 0
 
 

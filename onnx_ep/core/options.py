@@ -91,6 +91,9 @@ class SessionOptions:
         ``["CUDAExecutionProvider"]``: nodes the device cannot run fall back to the CPU
         reference, logged at INFO with the reason. ``True`` refuses them instead
         (:exc:`NoKernelError` naming why each listed provider declined).
+    :ivar strict_plugins: an installed plugin (entry point) that fails to load or register
+        is disabled with an :class:`~onnx_ep.errors.OnnxEpWarning` naming it, and sessions
+        that do not need it work; ``True`` makes that a :exc:`PluginError` instead.
     """
 
     providers: tuple[str, ...] | None = attrs.field(default=None, converter=_providers)
@@ -103,6 +106,7 @@ class SessionOptions:
     capture_graphs: int = attrs.field(default=64, validator=_positive_count)
     fusion: str = attrs.field(default="auto", validator=_fusion_mode)
     disable_fallback: bool = attrs.field(default=False, validator=_flag)
+    strict_plugins: bool = attrs.field(default=False, validator=_flag)
 
     @classmethod
     def from_toml(cls, path: str | os.PathLike[str]) -> SessionOptions:

@@ -5,18 +5,22 @@ same hooks as anyone), the entry-point group ``onnx_ep`` (narrowed by the
 ``ONNX_EP_PLUGINS`` environment variable), and in-process objects passed as
 ``Session(..., plugins=[obj])``.
 
-A plugin that fails to import raises :exc:`PluginError` naming it. One that
-raises inside a registration hook or registers something malformed is recorded
-in ``PluginSet.errors`` (a :exc:`PluginError` naming it, raised by ``Session``);
-each plugin's registrations are staged and committed only when its hook
-returns, so a failing plugin leaves none of its kernels behind and other
-plugins' kernels are never affected.
+A plugin that fails to import, or raises inside a registration hook, or registers
+something malformed is recorded in ``PluginSet.errors`` (a :exc:`PluginError` naming
+it); each plugin's registrations are staged and committed only when its hook returns,
+so a failing plugin leaves none of its kernels behind and other plugins' kernels are
+never affected. A ``Session`` raises the error of an in-process plugin (the caller
+passed it); an installed one (entry point) *fails alone*: it is disabled with a warning
+naming it, its error and how to leave it out (``ONNX_EP_PLUGINS``), unless the session
+asks for ``strict_plugins``.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 from importlib import metadata
 from typing import Any
@@ -27,7 +31,13 @@ import pluggy
 from onnx_ep.core import hookspecs
 from onnx_ep.core.provider import Provider
 from onnx_ep.core.registry import KernelEntry, KernelRegistry
-from onnx_ep.errors import KernelConflictError, OptionsError, PluginError, ProviderUnavailable
+from onnx_ep.errors import (
+    KernelConflictError,
+    OnnxEpWarning,
+    OptionsError,
+    PluginError,
+    ProviderUnavailable,
+)
 
 ENTRY_POINT_GROUP = "onnx_ep"
 #: comma-separated entry-point names to load; unset loads all, empty or "none" loads none
@@ -37,6 +47,8 @@ PLUGINS_ENV = "ONNX_EP_PLUGINS"
 #: calls their hooks, it imports none of their code) and registered first, so that every
 #: entry point and in-process plugin can override them through the same hooks. pytest's
 #: ``default_plugins`` and llm's ``DEFAULT_PLUGINS`` work the same way.
+log = logging.getLogger("onnx_ep")
+
 BUILTIN_PLUGINS: tuple[str, ...] = (
     "onnx_ep.providers.cpu_reference",
     "onnx_ep.providers.cuda",
@@ -52,13 +64,33 @@ class PluginSet:
     pm: pluggy.PluginManager
     registry: KernelRegistry
     plugin_names: list[str]
-    #: registration failures; each plugin's partial registrations were discarded
+    #: load and registration failures; each plugin's partial registrations were discarded
     errors: list[PluginError] = attrs.Factory(list)
+    #: names of the installed (entry-point) plugins
+    installed: frozenset[str] = frozenset()
+    _warned: bool = False
 
-    def check(self) -> None:
-        """Raise the first registration failure, if any."""
-        if self.errors:
-            raise self.errors[0]
+    def broken(self) -> dict[str, str]:
+        """Installed plugins disabled by a failure, with the failure."""
+        return {e.plugin: str(e) for e in self.errors if e.plugin in self.installed}
+
+    def check(self, strict: bool = False) -> None:
+        """Raise the first failure of an in-process plugin; for an installed one, warn once
+        that it is disabled (``strict``: raise it too).
+
+        :raises PluginError:
+        """
+        for e in self.errors:
+            if strict or e.plugin not in self.installed:
+                raise e
+        if self.errors and not self._warned:
+            self._warned = True
+            for name, why in self.broken().items():
+                warnings.warn(
+                    f"installed plugin {name!r} is disabled: {why}. Sessions that do not "
+                    f"need it run without it; leave it out with {PLUGINS_ENV}=<the plugins "
+                    f"to load, comma-separated, or 'none'>, or make this an error with "
+                    f"SessionOptions(strict_plugins=True)", OnnxEpWarning, stacklevel=3)
 
     def fusion_rules(self) -> list[Any]:
         """Plugins' fusion rules (``onnx_ep_fusion_rules``), then the built-in ones.
@@ -90,34 +122,42 @@ def _selected_entry_points() -> list[metadata.EntryPoint]:
 def build_plugins(plugins: Sequence[Any] = (), *, entry_points: bool = True) -> PluginSet:
     """Create a plugin manager with built-ins, entry points and ``plugins``, then fill a registry.
 
-    :raises PluginError: naming the plugin that failed to load or register.
+    Failures are collected in :attr:`PluginSet.errors` (see :meth:`PluginSet.check`).
+
+    :raises PluginError: an in-process plugin pluggy cannot register (a bad hook name).
     """
     from importlib import import_module
 
     pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
     pm.add_hookspecs(hookspecs)
+    installed: set[str] = set()
+    load_errors: list[PluginError] = []
     for modname in BUILTIN_PLUGINS:
         pm.register(import_module(modname), name=modname)
     if entry_points:
         for ep in _selected_entry_points():
             if pm.get_plugin(ep.name) is not None:
                 continue
+            installed.add(ep.name)
             try:
                 obj = ep.load()
-            except Exception as exc:
-                raise PluginError(f"failed to load entry point {ep.value!r}: "
-                                  f"{type(exc).__name__}: {exc}", plugin=ep.name) from exc
-            _register(pm, obj, ep.name)
+                _register(pm, obj, ep.name)
+            except Exception as exc:          # it fails alone (PluginSet.check)
+                err = exc if isinstance(exc, PluginError) else PluginError(
+                    f"failed to load entry point {ep.value!r}: {type(exc).__name__}: {exc}",
+                    plugin=ep.name)
+                err.__cause__ = exc
+                load_errors.append(err)
     for i, obj in enumerate(plugins):
         name = getattr(obj, "__name__", None) or f"{type(obj).__name__}-{i}"
         _register(pm, obj, name)
-    _check_hook_names(pm)
+    _check_hook_names(pm, installed, load_errors)
     registry = KernelRegistry()
-    errors: list[PluginError] = []
+    errors: list[PluginError] = list(load_errors)
     _call_registration(pm, "onnx_ep_register_providers", registry, _provider_registrar, errors)
     _call_registration(pm, "onnx_ep_register_kernels", registry, _kernel_registrar, errors)
     names = [pm.get_name(p) or "?" for p in pm.get_plugins()]
-    return PluginSet(pm, registry, names, errors)
+    return PluginSet(pm, registry, names, errors, frozenset(installed))
 
 
 def _register(pm: pluggy.PluginManager, obj: Any, name: str) -> None:
@@ -127,8 +167,10 @@ def _register(pm: pluggy.PluginManager, obj: Any, name: str) -> None:
         raise PluginError(f"cannot register: {exc}", plugin=name) from exc
 
 
-def _check_hook_names(pm: pluggy.PluginManager) -> None:
-    """A hookimpl whose name matches no hookspec (a typo) is an error, not silently ignored."""
+def _check_hook_names(pm: pluggy.PluginManager, installed: set[str],
+                      errors: list[PluginError]) -> None:
+    """A hookimpl whose name matches no hookspec (a typo) is an error, not silently ignored:
+    raised for an in-process plugin; an installed one is unregistered and fails alone."""
     for name in dir(pm.hook):
         if not name.startswith("onnx_ep_"):
             continue
@@ -138,8 +180,12 @@ def _check_hook_names(pm: pluggy.PluginManager) -> None:
             plugin = impls[0].plugin_name if impls else None
             known = sorted(n for n in dir(pm.hook) if n.startswith("onnx_ep_")
                            and getattr(pm.hook, n).spec is not None)
-            raise PluginError(f"implements unknown hook {name!r}; known hooks: "
+            err = PluginError(f"implements unknown hook {name!r}; known hooks: "
                               f"{', '.join(known)}", plugin=plugin)
+            if plugin not in installed:
+                raise err
+            pm.unregister(name=plugin)
+            errors.append(err)
 
 
 def _provider_registrar(registry: KernelRegistry, plugin: str,
@@ -235,6 +281,10 @@ def resolve_providers(requested: Sequence[str] | None, plugins: PluginSet) -> li
     if requested is None:
         env = [p.strip() for p in os.environ.get("ONNX_EP_PROVIDERS", "").split(",") if p.strip()]
         if not env:
+            # the default is whatever is installed: say which, and who brought each one
+            log.info("providers=None: %s (best first by priority)", ", ".join(
+                f"{p} (priority {reg.providers[p].priority}, plugin {reg.provider_plugin(p)})"
+                for p in available))
             return available
         requested = env
     out: list[str] = []
@@ -247,6 +297,10 @@ def resolve_providers(requested: Sequence[str] | None, plugins: PluginSet) -> li
             hint = ("install the CUDA extra (pip install 'onnx-ep[cuda]') on a machine with "
                     "an NVIDIA GPU" if name == "cuda" else
                     "check the spelling, or install the plugin that provides it")
+            broken = plugins.broken()
+            if broken:
+                hint += "; disabled installed plugins: " + "; ".join(
+                    f"{n} ({why})" for n, why in broken.items())
             raise ProviderUnavailable(name, f"no such provider is registered; {hint}",
                                       available)
         verdict = prov.is_available()

@@ -85,7 +85,7 @@ class Session:
         if self.options.log_level is not None:
             log.setLevel(self.options.log_level.upper())
         self._plugins = plugins_for(plugins)
-        self._plugins.check()
+        self._plugins.check(self.options.strict_plugins)
         self._providers = with_fallback(resolve_providers(
             providers if providers is not None else self.options.providers, self._plugins),
             self._plugins, self.options.disable_fallback)

@@ -369,19 +369,47 @@ def test_model_opset_below_every_kernel_says_which_opsets_exist(x: np.ndarray):
 # ---------------------------------------------------------------- entry points
 
 
-def test_broken_entry_point_is_a_plugin_error_naming_it(tmp_path: Path,
-                                                        monkeypatch: pytest.MonkeyPatch,
-                                                        fresh_default_plugins: None):
+def test_a_broken_installed_plugin_fails_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               fresh_default_plugins: None, capsys):
+    """An installed plugin that cannot be imported is disabled with a warning naming it, its
+    error and how to leave it out; sessions that do not need it work; strict_plugins=True
+    makes it an error; ``onnx-ep providers`` lists it as broken."""
+    from onnx_ep.cli import main
+    from onnx_ep.errors import OnnxEpWarning
+
     write_dist_info(tmp_path, "broken-plugin", {"broken": "no_such_module_for_onnx_ep_tests"})
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv(manager.PLUGINS_ENV, "broken")
+    plugin_set = manager.default_plugins()             # does not raise
+    (err,) = plugin_set.errors
+    assert err.plugin == "broken" and "no_such_module_for_onnx_ep_tests" in str(err)
+    assert isinstance(err.__cause__, ImportError)
+    x = np.arange(3, dtype=np.float32)
+    with pytest.warns(OnnxEpWarning, match=r"installed plugin 'broken' is disabled: .*"
+                                          r"no_such_module_for_onnx_ep_tests.*ONNX_EP_PLUGINS"):
+        s = onnx_ep.Session(custom_model("Relu", x, domain=""), providers=["cpu_reference"])
+    np.testing.assert_array_equal(s.run(None, {"x": x})[0], np.maximum(x, 0))
     with pytest.raises(PluginError) as info:
-        manager.default_plugins()
+        onnx_ep.Session(custom_model("Relu", x, domain=""), providers=["cpu_reference"],
+                        options=onnx_ep.SessionOptions(strict_plugins=True))
     assert info.value.plugin == "broken"
-    assert "no_such_module_for_onnx_ep_tests" in str(info.value)
-    assert isinstance(info.value.__cause__, ImportError)
+    assert main(["providers"]) == 0
+    out = capsys.readouterr().out
+    assert "broken plugin broken (disabled; leave it out with ONNX_EP_PLUGINS)" in out
+    # a session that needs what it would have provided is told why it is missing
+    with pytest.raises(onnx_ep.ProviderUnavailable, match="disabled installed plugins: broken"):
+        onnx_ep.Session(custom_model("Relu", x, domain=""), providers=["acme"])
     monkeypatch.setenv(manager.PLUGINS_ENV, "none")    # narrowing skips it entirely
     assert "broken" not in manager.default_plugins().plugin_names
+    assert not manager.default_plugins().errors
+
+
+def test_an_in_process_plugin_that_fails_is_still_an_error(x: np.ndarray):
+    plugin = KernelPlugin([(PlainKernel(KEY), "cpu_reference")], fail_after=0, name="mine")
+    with pytest.raises(PluginError) as info:
+        onnx_ep.Session(custom_model("AddOne", x), providers=["cpu_reference"],
+                        plugins=[plugin])
+    assert info.value.plugin == "mine"
 
 
 def test_entry_point_plugins_are_named_after_the_entry_point(tmp_path: Path,
@@ -431,3 +459,12 @@ def test_builtins_register_through_the_same_hooks():
     assert set(manager.BUILTIN_PLUGINS) <= set(plugin_set.plugin_names)
     assert all(e.plugin == "onnx_ep.providers.cpu_reference"
                for e in plugin_set.registry.entries("cpu_reference"))
+
+
+def test_the_default_provider_order_is_logged_with_where_each_came_from(x: np.ndarray, caplog):
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="onnx_ep"):
+        onnx_ep.Session(custom_model("Relu", x, domain=""))
+    (line,) = [r.getMessage() for r in caplog.records if "providers=None" in r.getMessage()]
+    assert "cpu_reference (priority 0, plugin onnx_ep.providers.cpu_reference)" in line
