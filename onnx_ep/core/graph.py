@@ -128,12 +128,30 @@ def build_graph(model: onnx.ModelProto, light: onnx.ModelProto | None = None) ->
     """
     if not model.HasField("graph"):
         raise ModelError("model has no graph; is it an ONNX ModelProto?")
+    if model.ir_version > onnx.IR_VERSION:
+        raise ModelError(f"model IR version {model.ir_version} is newer than the installed "
+                         f"onnx {onnx.__version__} knows ({onnx.IR_VERSION})")
     opsets = _opsets(model)
     if light is None:
         light = light_model_for_inference(model)
-    inferred = infer(light)
+    inferred = infer(light, check=True)
     weights = {t.name: t for t in model.graph.initializer}
     return _convert_graph(inferred.graph, opsets, outer=frozenset(), top=True, weights=weights)
+
+
+def _check_attributes(node: onnx.NodeProto, opsets: dict[str, int]) -> None:
+    """An attribute a standard op's schema does not define is refused (onnxruntime does)."""
+    if node.domain not in ("", "ai.onnx") or not node.attribute:
+        return
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opsets.get("", 1), "")
+    except Exception:  # noqa: BLE001 - an unknown op is placement's to report
+        return
+    unknown = sorted({a.name for a in node.attribute} - set(schema.attributes))
+    if unknown:
+        raise ModelError(f"node {node.name or node.op_type!r}: {node.op_type} (opset "
+                         f"{schema.since_version}) has no attribute {unknown[0]!r}; it takes "
+                         f"{', '.join(sorted(schema.attributes)) or 'none'}")
 
 
 def _opsets(model: onnx.ModelProto) -> dict[str, int]:
@@ -158,9 +176,28 @@ def _opsets(model: onnx.ModelProto) -> dict[str, int]:
 DATA_PROP_MAX_1D = 4096
 
 
-def infer(model: onnx.ModelProto) -> onnx.ModelProto:
-    """onnx shape inference; data propagation on unless a long 1-D input would make it slow."""
+def infer(model: onnx.ModelProto, *, check: bool = False) -> onnx.ModelProto:
+    """onnx shape inference; data propagation on unless a long 1-D input would make it slow.
+
+    :param check: refuse a model whose declared types or shapes onnx's inference contradicts
+        (its strict mode; the model is then inferred leniently when strict mode failed for
+        another reason, such as an op it cannot infer).
+    :raises ModelError: with ``check``, a declared type that inference contradicts.
+    """
     data_prop = all(_short_or_not_1d(vi.type) for vi in model.graph.input)
+    if check:
+        try:
+            return onnx.shape_inference.infer_shapes(model, strict_mode=True,
+                                                     data_prop=data_prop)
+        except Exception as exc:
+            msg = str(exc)
+            # a value declared (graph output, value_info) unlike what its producer makes;
+            # an op whose inputs disagree is left to its kernel's typed error at run time
+            if ("Inferred elem type differs from existing" in msg
+                    or "Inferred shape and existing shape differ" in msg):
+                what = msg.split("Inference error(s): ", 1)[-1].strip().splitlines()[0]
+                raise ModelError(f"a declared type or shape contradicts onnx's shape "
+                                 f"inference: {what}") from exc
     try:
         return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=data_prop)
     except Exception:
@@ -251,7 +288,15 @@ def _convert_graph(gp: onnx.GraphProto, opsets: dict[str, int], outer: frozenset
 
     local = set(initializers) | {vi.name for vi in gp.input}
     for n in gp.node:
-        local.update(o for o in n.output if o)
+        for o in n.output:
+            if o and o in local:
+                # onnxruntime refuses it; silently, the last writer would win
+                raise ModelError(f"graph {gp.name!r}: value {o!r} is defined twice (node "
+                                 f"{n.name or n.op_type!r} writes a value an input, an "
+                                 f"initializer or an earlier node already defines)")
+            if o:
+                local.add(o)
+        _check_attributes(n, opsets)
     scope = frozenset(local) | outer
     nodes: list[Node] = []
     seen_names: set[str] = set()

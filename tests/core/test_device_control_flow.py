@@ -227,20 +227,17 @@ def test_a_refused_body_at_a_new_signature_leaves_the_session_as_it_was():
     assert s.resources()["held_by_session"] == held
 
 
-def test_a_branch_that_breaks_its_planned_shape_is_a_node_error():
-    """A branch is planned with the model's declared types (as the session's graph is): one
-    whose value breaks them raises a NodeError naming the node, and the session stays
-    usable."""
+def test_a_branch_that_breaks_its_declared_shape_is_refused_at_load():
+    """A branch whose value contradicts the type the model declares for it is an invalid
+    model (onnxruntime refuses it too): a ModelError naming what inference found."""
+    from onnx_ep.errors import ModelError
+
     model = _if_model()
     (then,) = [a.g for a in model.graph.node[0].attribute if a.name == "then_branch"]
     then.node[0].CopyFrom(n("Add", ["x", "x3"], ["t"], name="then_add"))
     model.graph.input.append(vi("x3", F, [2, 1, 3]))
-    s = onnx_ep.Session(model, providers=["fake"], plugins=[_plugin()])
-    feeds = {"c": np.array([True]), "x": X, "y": Y, "x3": np.ones((2, 1, 3), np.float32)}
-    with pytest.raises(NodeError, match="then_add"):
-        s.run(None, feeds)
-    feeds["c"] = np.array([False])
-    np.testing.assert_array_equal(s.run(None, feeds)[0], np.maximum(X * Y, 0))
+    with pytest.raises(ModelError, match="contradicts onnx's shape inference.*then_add"):
+        onnx_ep.Session(model, providers=["fake"], plugins=[_plugin()])
 
 
 def test_a_body_value_of_another_shape_than_the_planned_buffer_is_refused_by_name():

@@ -105,3 +105,51 @@ def test_a_long_1d_input_does_not_make_shape_inference_crawl():
     # onnx's data propagation evaluates 1-D tensors element by element: minutes at this size
     assert time.perf_counter() - t0 < 20
     assert y[0] == 2 and s.graph.values["y"].spec.shape == (n,)
+
+
+# ---------------------------------------------------------------- invalid models refused
+
+
+def _one(nodes, out_type=None, ir=None):
+    """x float[2] -> nodes -> y [2] of ``out_type`` (float by default)."""
+    from onnx import TensorProto, helper
+
+    from tests.helpers.oracle import ORACLE_IR_VERSION
+
+    out = helper.make_tensor_value_info("y", out_type or TensorProto.FLOAT, [2])
+    g = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                     [2])], [out])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)],
+                             ir_version=ir or ORACLE_IR_VERSION)
+
+
+def _refused(model, match):
+    import onnx_ep
+    from onnx_ep.errors import ModelError
+
+    with pytest.raises(ModelError, match=match):
+        onnx_ep.Session(model, providers=["cpu_reference"])
+
+
+def test_a_value_defined_twice_is_refused():
+    from onnx import helper
+    _refused(_one([helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Neg", ["x"], ["y"])]),
+             r"value 'y' is defined twice")
+    _refused(_one([helper.make_node("Relu", ["x"], ["x"])]), r"value 'x' is defined twice")
+
+
+def test_an_attribute_a_standard_op_does_not_define_is_refused():
+    from onnx import helper
+    _refused(_one([helper.make_node("Relu", ["x"], ["y"], alpha=0.5)]),
+             r"Relu \(opset \d+\) has no attribute 'alpha'")
+
+
+def test_an_ir_version_onnx_does_not_know_is_refused():
+    from onnx import helper
+    _refused(_one([helper.make_node("Relu", ["x"], ["y"])], ir=99), r"IR version 99 is newer")
+
+
+def test_a_declared_type_inference_contradicts_is_refused():
+    from onnx import TensorProto, helper
+    _refused(_one([helper.make_node("Relu", ["x"], ["y"])], out_type=TensorProto.INT64),
+             r"contradicts onnx's shape inference: .*elem type")
