@@ -135,23 +135,39 @@ def build_graph(model: onnx.ModelProto, light: onnx.ModelProto | None = None) ->
     if light is None:
         light = light_model_for_inference(model)
     inferred = infer(light, check=True)
+    _unique_initializers(model.graph.name, model.graph.initializer)
     weights = {t.name: t for t in model.graph.initializer}
     return _convert_graph(inferred.graph, opsets, outer=frozenset(), top=True, weights=weights)
 
 
+def _unique_initializers(graph: str, tensors: Sequence[onnx.TensorProto]) -> None:
+    """Two initializers of one name are refused (silently, the last would win)."""
+    seen: set[str] = set()
+    for t in tensors:
+        if t.name in seen:
+            raise ModelError(f"graph {graph!r}: initializer {t.name!r} is defined twice")
+        seen.add(t.name)
+
+
 def _check_attributes(node: onnx.NodeProto, opsets: dict[str, int]) -> None:
-    """An attribute a standard op's schema does not define is refused (onnxruntime does)."""
-    if node.domain not in ("", "ai.onnx") or not node.attribute:
+    """An attribute a standard op's schema does not define, or a required one missing, is
+    refused (onnxruntime does)."""
+    if node.domain not in ("", "ai.onnx"):
         return
     try:
         schema = onnx.defs.get_schema(node.op_type, opsets.get("", 1), "")
     except Exception:  # noqa: BLE001 - an unknown op is placement's to report
         return
-    unknown = sorted({a.name for a in node.attribute} - set(schema.attributes))
+    given = {a.name for a in node.attribute}
+    unknown = sorted(given - set(schema.attributes))
     if unknown:
         raise ModelError(f"node {node.name or node.op_type!r}: {node.op_type} (opset "
                          f"{schema.since_version}) has no attribute {unknown[0]!r}; it takes "
                          f"{', '.join(sorted(schema.attributes)) or 'none'}")
+    missing = sorted(k for k, a in schema.attributes.items() if a.required and k not in given)
+    if missing:
+        raise ModelError(f"node {node.name or node.op_type!r}: {node.op_type} (opset "
+                         f"{schema.since_version}) requires attribute {missing[0]!r}")
 
 
 def _opsets(model: onnx.ModelProto) -> dict[str, int]:
@@ -278,6 +294,7 @@ def _convert_graph(gp: onnx.GraphProto, opsets: dict[str, int], outer: frozenset
     values: dict[str, Value] = {}
     for vi in list(gp.input) + list(gp.value_info) + list(gp.output):
         values[vi.name] = value_from_type(vi.name, vi.type)
+    _unique_initializers(gp.name, gp.initializer)
     initializers: dict[str, np.ndarray] = {}
     for t in (weights.values() if weights is not None else gp.initializer):
         initializers[t.name] = _tensor_to_array(t)

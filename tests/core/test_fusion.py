@@ -397,7 +397,9 @@ def _layer_model(dtype=np.float32) -> onnx.ModelProto:
         return name
 
     def c(name, value, dt=np.int64):
-        inits.append(numpy_helper.from_array(np.array(value, dt), name))
+        # one initializer per name: a second definition makes the model invalid
+        if all(t.name != name for t in inits):
+            inits.append(numpy_helper.from_array(np.array(value, dt), name))
         return name
 
     def op(kind, *ins, **attrs):

@@ -153,3 +153,13 @@ def test_a_declared_type_inference_contradicts_is_refused():
     from onnx import TensorProto, helper
     _refused(_one([helper.make_node("Relu", ["x"], ["y"])], out_type=TensorProto.INT64),
              r"contradicts onnx's shape inference: .*elem type")
+
+
+def test_a_required_attribute_missing_or_an_initializer_defined_twice_is_refused():
+    from onnx import helper, numpy_helper
+
+    _refused(_one([helper.make_node("LRN", ["x"], ["y"])]), r"requires attribute 'size'")
+    m = _one([helper.make_node("Add", ["x", "k"], ["y"])])
+    for v in (1.0, 2.0):
+        m.graph.initializer.append(numpy_helper.from_array(np.array([v, v], np.float32), "k"))
+    _refused(m, r"initializer 'k' is defined twice")

@@ -116,9 +116,12 @@ def test_lrn_with_even_size_uses_spec_window() -> None:
     np.testing.assert_allclose(y, ref, rtol=1e-6)
 
 
-def test_lrn_without_size_raises_node_error() -> None:
+def test_lrn_without_size_is_refused_at_load() -> None:
+    """``size`` is required by LRN's schema: the model is invalid, as onnxruntime says."""
+    from onnx_ep.errors import ModelError
+
     feeds = {"x": _x(2, 5, 3, 3)}
-    with pytest.raises(NodeError, match="size"):
+    with pytest.raises(ModelError, match="requires attribute 'size'"):
         run_ours(node_model("LRN", feeds), feeds)
 
 
