@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from onnx_ep.core.dynamic import REGION_DOMAIN, REGION_OP
+from onnx_ep.core.executor import copy_all
 from onnx_ep.core.graph import Graph, infer_node
 from onnx_ep.core.kernel import (
     CaptureSupport,
@@ -40,6 +41,7 @@ from onnx_ep.core.kernel import (
     TensorSpec,
     WorkspaceRequirement,
 )
+from onnx_ep.core.memory import align_up
 from onnx_ep.errors import NodeError
 
 #: byte alignment of each carried value's home in a Loop's or Scan's scratch
@@ -114,12 +116,7 @@ class DeviceControlFlow:
                                      f"a host provider)")
             if src is not dst:
                 copies.append((src, dst))
-        rt = self.runtime()
-        if len(copies) > 1 and hasattr(rt, "copy_many"):
-            rt.copy_many(copies, ctx.stream)
-        else:
-            for src, dst in copies:
-                rt.copy(src, dst, ctx.stream)
+        copy_all(self.runtime(), copies, ctx.stream)
 
     def run_body(self, ctx: ExecutionContext, body: Graph, feeds: list[Any]) -> list[Any]:
         if ctx.run_subgraph is None:
@@ -346,7 +343,7 @@ def body_output_specs(body: Graph, feeds: Sequence[TensorSpec | None],
 
 def _home_bytes(spec: TensorSpec) -> int:
     """Bytes one carried value takes in the node's scratch (planning and running alike)."""
-    return -(-spec.nbytes // HOME_ALIGNMENT) * HOME_ALIGNMENT
+    return align_up(spec.nbytes, HOME_ALIGNMENT)
 
 
 def _unused_state_bytes(meta: NodeMeta, first: int, n_state: int) -> int:

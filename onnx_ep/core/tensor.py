@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from onnx_ep.core.kernel import TensorSpec
+from onnx_ep.core.memory import align_up
 from onnx_ep.errors import FeedError, ProviderUnavailable
 
 HOST = "cpu"
@@ -324,7 +325,7 @@ def output_block(rt: Any, outs: list[tuple[int, Any]]) -> dict[int, Tensor]:
     offsets, total = [], 0
     for _, v in outs:
         offsets.append(total)
-        total += -(-TensorSpec(v.dtype, v.shape).nbytes // 256) * 256
+        total += align_up(TensorSpec(v.dtype, v.shape).nbytes, 256)
     block = rt.pooled(total, HOLDER)
     return {pos: Tensor(rt.tensor(block, off, TensorSpec(v.dtype, v.shape)), rt.device, rt)
             for (pos, v), off in zip(outs, offsets)}

@@ -24,6 +24,7 @@ from onnx_ep.core.kernel import (
     WorkspaceLifetime,
     WorkspaceRequirement,
 )
+from onnx_ep.core.memory import align_up
 from onnx_ep.providers.cuda import copies
 from onnx_ep.providers.cuda.kernels.base import (
     BF16,
@@ -48,18 +49,14 @@ DTYPES: frozenset[np.dtype] = frozenset(
     + [BF16])
 
 
-def _up(n: int) -> int:
-    return -(-n // ALIGN) * ALIGN
-
-
 def scratch_layout(shape: tuple[int, ...]) -> tuple[int, int, int, int]:
     """Byte offsets of the per-chunk counts, the chunk starts and the coordinates in the
     scratch of an input of ``shape``, and the scratch's size (every element non-zero)."""
     n, rank = prod(shape), len(shape)
     blocks = -(-n // CHUNK)
-    starts = _up(4 * blocks)
-    coords = starts + _up(8 * blocks)
-    return 0, starts, coords, max(coords + _up(8 * rank * n), ALIGN)
+    starts = align_up(4 * blocks, ALIGN)
+    coords = starts + align_up(8 * blocks, ALIGN)
+    return 0, starts, coords, max(coords + align_up(8 * rank * n, ALIGN), ALIGN)
 
 
 class NonZero(CudaKernel):
