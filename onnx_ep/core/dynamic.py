@@ -47,6 +47,13 @@ def sizes_at_run(node: Node, graph: Graph, registry: KernelRegistry,
                  providers: Sequence[str]) -> bool:
     """Whether the provider that will run ``node`` is a device one whose kernel sizes its
     outputs at run time (``sizes_at_run``)."""
+    # the registry's lookup first: only an op some device kernel sizes at run time is worth
+    # a whole selection (every provider's supports()) at load
+    opset = graph.opset(node.domain)
+    if not any(getattr(getattr(registry.kernel_for(p, node.domain, node.op_type, opset),
+                               "kernel", None), "sizes_at_run", False)
+               for p in providers if registry.providers[p].device != HOST):
+        return False
     try:
         sel = registry.select(node_meta(node, graph), providers)
     except NoKernelError:
