@@ -12,6 +12,8 @@ fails later for lack of memory.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Protocol
 
 import attrs
@@ -45,9 +47,16 @@ class AdmissionRequest:
 
 @attrs.frozen
 class AdmissionDecision:
-    """``refusal`` is ``None`` when admitted, else the typed error to raise."""
+    """``refusal`` is ``None`` when admitted, else the typed error to raise.
+
+    :ivar wait: seconds the request may wait in its device's first-come-first-served
+        queue (:meth:`~onnx_ep.core.memory.DeviceMemoryAuthority.turn`) for its bytes; it
+        is admitted when it reaches the head of the queue and fits, and refused with
+        :exc:`TierExhausted` when the time passes first. ``0``: decide now.
+    """
 
     refusal: AdmissionRefused | None = None
+    wait: float = 0.0
 
     @property
     def admitted(self) -> bool:
@@ -69,24 +78,43 @@ class AdmissionStrategy(Protocol):
         ...
 
 
-def admit(strategy: AdmissionStrategy, request: AdmissionRequest,
-          authority: DeviceMemoryAuthority) -> None:
-    """Ask ``strategy`` about ``request`` on ``authority``'s ledger; raise its refusal."""
+@contextmanager
+def admitted(strategy: AdmissionStrategy, request: AdmissionRequest,
+             authority: DeviceMemoryAuthority) -> Iterator[None]:
+    """Ask ``strategy`` about ``request`` on ``authority``'s ledger and raise its refusal;
+    when it says wait, wait for the request's turn. The caller reserves the request's
+    bytes inside the block, so no later request takes them first.
+
+    :raises AdmissionRefused: the strategy's refusal, or :exc:`TierExhausted` when a
+        waiting request's time passed.
+    """
     decision = strategy.admit(request, authority.view(request.session))
     if not isinstance(decision, AdmissionDecision):
         raise PluginError(f"admission strategy {strategy_name(strategy)!r}: admit() returned "
                           f"{type(decision).__name__}, expected an AdmissionDecision")
+    if decision.wait > 0 and not isinstance(decision.refusal, CapacityUnavailable):
+        need = sum(authority.round_up(n) for n in
+                   (request.activations, request.workspace_step, request.growth))
+        with authority.turn(need, request.session, request.holder, decision.wait):
+            yield
+        return
     if decision.refusal is not None:
         raise decision.refusal
+    yield
 
 
-def admit_plan(strategy: AdmissionStrategy, session: str, holder: str, plan: Any,
-               authority: DeviceMemoryAuthority) -> None:
-    """Admit the whole of a plan held for the session's life (a device plan or a control-flow
+def admit(strategy: AdmissionStrategy, request: AdmissionRequest,
+          authority: DeviceMemoryAuthority) -> None:
+    """:func:`admitted` for a caller that reserves nothing itself afterwards."""
+    with admitted(strategy, request, authority):
+        pass
+
+
+def plan_request(session: str, holder: str, plan: Any) -> AdmissionRequest:
+    """The request of a plan held for the session's life (a device plan or a control-flow
     body's): its arena, step workspace and session workspace, charged to ``holder``."""
     ws = plan.workspace
-    admit(strategy, AdmissionRequest(session, holder, plan.arena.size, ws.step_peak,
-                                     ws.session_peak), authority)
+    return AdmissionRequest(session, holder, plan.arena.size, ws.step_peak, ws.session_peak)
 
 
 def refuse_never(session: str, plan: Any, weight_bytes: int,

@@ -561,6 +561,12 @@ class SessionCapture:
             old.evict()
             self.evictions += 1
 
+    def forget(self, signature: tuple[Any, ...]) -> None:
+        """A plan the session evicted: drop its graphs and stop counting it."""
+        cap = self._captured.pop(signature, None)
+        if cap is not None:
+            cap.drop()
+
     def report(self, plans: Iterable[Any], device: str) -> dict[str, Any]:
         return {"holder": self.holder, "device": device, "mode": self.mode,
                 "quarantined": dict(self.quarantined),

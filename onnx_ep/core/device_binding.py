@@ -62,6 +62,11 @@ class DeviceBinding:
         self._uploaded: dict[str, Any] = {}
         #: what each bound plan took, by id(plan): (allocations, reservations)
         self._plan_memory: dict[int, tuple[list[Any], list[Reservation]]] = {}
+        #: the session's plans whose workspaces are views of the shared slots, by id(plan)
+        self._sharing: dict[int, ExecutionPlan] = {}
+        #: the shared workspace slots, by lifetime: (allocation, bytes, reservation) or None
+        self._slots: dict[str, tuple[Any, int, Reservation] | None] = {"step": None,
+                                                                       "session": None}
         self._pending: dict[str, Any] = {}      # device value name -> host array, unplaced
         self._placed = False
         #: the weight pager when the session streams weights, else None
@@ -166,19 +171,24 @@ class DeviceBinding:
         if self.pager is not None:
             self.pager.check_slots(program.slot_of)
 
-    def bind_plan(self, plan: ExecutionPlan) -> None:
+    def bind_plan(self, plan: ExecutionPlan, *, shared: bool = False) -> None:
         """Allocate the plan's arena and workspace slots; pre-bind every device output;
         upload the plan's folded device values (``plan.device_constants``) once.
 
-        Held for the session's life (one stream runs one run at a time), so a cached
-        signature allocates nothing.
+        Held until :meth:`release_plan` or :meth:`close` (one stream runs one run at a
+        time), so a cached signature allocates nothing.
 
+        :param shared: the plan's workspaces are views of the binding's two shared slots
+            (step-scoped, session-persistent), each sized to the peak over the shared plans
+            bound now, instead of slots of its own. The session's plans share them: they
+            never run at once. A control-flow body's plan does not: it runs inside its
+            caller's step, whose scratch (a Loop's carried state) is live meanwhile.
         :raises PlanError: a device step whose output size is unknown at plan time.
         :raises AdmissionRefused: the arena does not fit the budget.
         """
         mark, amark = len(self._held), len(self._allocations)
         try:
-            self._bind(plan)
+            self._bind(plan, shared)
         except BaseException:
             # roll back whatever this plan got: the ledger is as before the call
             for a in self._allocations[amark:]:
@@ -186,12 +196,29 @@ class DeviceBinding:
             for r in self._held[mark:]:
                 r.release()
             del self._allocations[amark:], self._held[mark:]
+            self._sharing.pop(id(plan), None)
             raise
         self._plan_memory[id(plan)] = (self._allocations[amark:], self._held[mark:])
 
+    def slot_growth(self, plan: ExecutionPlan) -> tuple[int, int]:
+        """Bytes binding ``plan`` shared adds for its (step, session) workspace slots: a
+        slot that must grow is allocated anew at its new size before the old one is freed,
+        so admitting the plan asks for the whole new size."""
+        ws = plan.workspace
+        return tuple(need if need > self._slot_bytes(kind) else 0   # type: ignore[return-value]
+                     for kind, need in (("step", ws.step_peak), ("session", ws.session_peak)))
+
+    def _slot_bytes(self, kind: str) -> int:
+        slot = self._slots[kind]
+        return slot[1] if slot is not None else 0
+
     def release_plan(self, plan: ExecutionPlan) -> None:
-        """Free what :meth:`bind_plan` took for ``plan`` (a body plan the session evicts);
-        the plan cannot run afterwards."""
+        """Free what :meth:`bind_plan` took for ``plan`` (a plan the session evicts); the
+        shared slots shrink to the peak over the plans still bound. The plan cannot run
+        afterwards."""
+        # kernels queued on the stream may still read the plan's buffers, and a freed block
+        # can go to another session's stream at once
+        self.runtime.synchronize(self.stream)
         allocs, held = self._plan_memory.pop(id(plan), ([], []))
         gone = {id(x) for x in (*allocs, *held)}
         self._allocations = [a for a in self._allocations if id(a) not in gone]
@@ -201,13 +228,74 @@ class DeviceBinding:
         for r in held:
             r.release()
         plan.prebound = plan.device_workspaces = None
+        if self._sharing.pop(id(plan), None) is not None:
+            self._fit_slots()
 
-    def _bind(self, plan: ExecutionPlan) -> None:
+    def _fit_slots(self) -> None:
+        """Size each shared slot to the peak over the shared plans bound now; re-carve their
+        views and drop their recorded graphs when a slot moved (the graphs hold its old
+        address and record again at their next run). All or nothing: when a new slot cannot
+        be had, the old ones stay."""
+        plans = list(self._sharing.values())
+        want = {"step": max((p.workspace.step_peak for p in plans), default=0),
+                "session": max((p.workspace.session_peak for p in plans), default=0)}
+        changed = [k for k, need in want.items() if need != self._slot_bytes(k)]
+        if not changed:
+            return
+        fresh: dict[str, tuple[Any, int, Reservation]] = {}
+        try:
+            for kind in changed:
+                if want[kind]:
+                    fresh[kind] = (*self._allocate_slot(want[kind], kind),)
+        except BaseException:
+            for alloc, _, r in fresh.values():
+                alloc.free()
+                r.release()
+            raise
+        old_session = self._slots["session"]
+        new_session = fresh.get("session")
+        if "session" in changed and old_session is not None and new_session is not None:
+            # persistent contents survive a move, as on the host
+            from onnx_ep.core.executor import copy_all
+            n = min(old_session[1], new_session[1])
+            copy_all(self.runtime, [(self._slot_view(old_session[0], 0, n),
+                                     self._slot_view(new_session[0], 0, n))], self.stream)
+        # kernels queued on the stream may still use the old slots
+        self.runtime.synchronize(self.stream)
+        for kind in changed:
+            old, self._slots[kind] = self._slots[kind], fresh.get(kind)
+            if old is not None:
+                old[0].free()
+                old[2].release()
+        for p in plans:
+            p.device_workspaces = self._views(p.workspace)
+            if p.capture is not None:
+                p.capture.evict()
+
+    def _allocate_slot(self, nbytes: int, kind: str) -> tuple[Any, int, Reservation]:
+        role = Role.WORKSPACE_STEP if kind == "step" else Role.WORKSPACE_SESSION
+        r = self.authority.reserve(nbytes, role, self.holder)
+        try:
+            return self.runtime.allocate(r), nbytes, r
+        except BaseException:
+            r.release()
+            raise
+
+    def _slot_view(self, alloc: Any, off: int, n: int) -> Any:
+        return self.runtime.tensor(alloc, off, TensorSpec("uint8", (n,)))
+
+    def _views(self, ws: Any, step_ws: Any = None, session_ws: Any = None) -> list[Any]:
+        """Workspace views of ``ws`` carved from the given blocks, else the shared slots."""
+        if step_ws is None and self._slots["step"] is not None:
+            step_ws = self._slots["step"][0]
+        if session_ws is None and self._slots["session"] is not None:
+            session_ws = self._slots["session"][0]
+        return workspace_views(ws, lambda off, n: self._slot_view(session_ws, off, n),
+                               lambda n: self._slot_view(step_ws, 0, n))
+
+    def _bind(self, plan: ExecutionPlan, shared: bool) -> None:
         program, arena, ws = plan.program, plan.arena, plan.workspace
         base = self._allocate(max(arena.size, 1), Role.ACTIVATIONS)
-        step_ws = self._allocate(ws.step_peak, Role.WORKSPACE_STEP) if ws.step_peak else None
-        session_ws = (self._allocate(ws.session_peak, Role.WORKSPACE_SESSION)
-                      if ws.session_peak else None)
         name_of = {s: n for n, s in program.slot_of.items()}
         prebound: list[tuple[Any, ...]] = []
         for st in program.steps:
@@ -232,10 +320,16 @@ class DeviceBinding:
                                     f"inference and the kernel's infer_outputs() gave none)")
                 outs.append(self.runtime.tensor(base, off, spec))
             prebound.append(tuple(outs))
+        if shared:
+            self._sharing[id(plan)] = plan
+            self._fit_slots()
+            plan.device_workspaces = self._views(ws)
+        else:
+            step_ws = self._allocate(ws.step_peak, Role.WORKSPACE_STEP) if ws.step_peak else None
+            session_ws = (self._allocate(ws.session_peak, Role.WORKSPACE_SESSION)
+                          if ws.session_peak else None)
+            plan.device_workspaces = self._views(ws, step_ws, session_ws)
         plan.prebound = prebound
-        plan.device_workspaces = workspace_views(
-            ws, lambda off, n: self.runtime.tensor(session_ws, off, TensorSpec("uint8", (n,))),
-            lambda n: self.runtime.tensor(step_ws, 0, TensorSpec("uint8", (n,))))
         if plan.device_constants:
             self._upload_folded(plan)
 
@@ -273,6 +367,12 @@ class DeviceBinding:
             finally:
                 pager.close()
         self._plan_memory.clear()
+        self._sharing.clear()
+        slots = [v for v in self._slots.values() if v is not None]
+        self._slots = {"step": None, "session": None}
+        for alloc, _, r in slots:
+            alloc.free()
+            r.release()
         allocations, self._allocations = self._allocations, []
         for a in allocations:
             a.free()

@@ -57,6 +57,12 @@ def _flag(inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         raise OptionsError(f"{attribute.name} must be True or False, got {value!r}")
 
 
+def _seconds(inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if (not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0
+            or value != value):
+        raise OptionsError(f"{attribute.name} must be a number of seconds >= 0, got {value!r}")
+
+
 def _positive_count(inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise OptionsError(f"{attribute.name} must be a positive integer, got {value!r}")
@@ -91,6 +97,13 @@ class SessionOptions:
         ``["CUDAExecutionProvider"]``: nodes the device cannot run fall back to the CPU
         reference, logged at INFO with the reason. ``True`` refuses them instead
         (:exc:`NoKernelError` naming why each listed provider declined).
+    :ivar plan_cache_size: the most shape signatures whose plans (arenas, workspaces,
+        captured graphs) the session keeps; beyond it the plan run longest ago is evicted
+        and its memory released (planned again if its signature comes back).
+    :ivar plan_cache_bytes: also evict while the kept plans' arenas and workspace peaks
+        exceed this many bytes (``None``: no bound by bytes).
+    :ivar admission_timeout: seconds the ``queue`` admission strategy lets a request wait
+        for its turn and its bytes before refusing it with :exc:`TierExhausted`.
     :ivar strict_plugins: an installed plugin (entry point) that fails to load or register
         is disabled with an :class:`~onnx_ep.errors.OnnxEpWarning` naming it, and sessions
         that do not need it work; ``True`` makes that a :exc:`PluginError` instead.
@@ -107,6 +120,9 @@ class SessionOptions:
     fusion: str = attrs.field(default="auto", validator=_fusion_mode)
     disable_fallback: bool = attrs.field(default=False, validator=_flag)
     strict_plugins: bool = attrs.field(default=False, validator=_flag)
+    plan_cache_size: int = attrs.field(default=16, validator=_positive_count)
+    plan_cache_bytes: int | None = attrs.field(default=None, validator=_positive_or_none)
+    admission_timeout: float = attrs.field(default=10.0, validator=_seconds)
 
     @classmethod
     def from_toml(cls, path: str | os.PathLike[str]) -> SessionOptions:

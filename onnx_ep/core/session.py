@@ -24,30 +24,31 @@ import onnx
 from onnx_ep.core import admission as adm
 from onnx_ep.core.capture import SessionCapture, signature_text
 from onnx_ep.core.device_binding import DeviceBinding
+from onnx_ep.core.device_io import copy_out, device_io, into
 from onnx_ep.core.dynamic import isolate_sized
-from onnx_ep.core.executor import Executor, copy_all
+from onnx_ep.core.executor import Executor
 from onnx_ep.core.feeds import FeedBinder
 from onnx_ep.core.folding import HostKernels
 from onnx_ep.core.fusion import fuse
 from onnx_ep.core.graph import Graph, Value, build_graph, light_model_for_inference, load_model
 from onnx_ep.core.kernel import TensorSpec, WorkspaceView
-from onnx_ep.core.memory import Reservation, Role, allocate_host, authority_for
+from onnx_ep.core.memory import Fit, Reservation, Role, allocate_host, authority_for
 from onnx_ep.core.options import RunOptions, SessionOptions
 from onnx_ep.core.pager import WeightStore
 from onnx_ep.core.placement import place
+from onnx_ep.core.plan_cache import PlanCache
 from onnx_ep.core.planner import (
     ExecutionPlan,
     Program,
     build_program,
     infer_specs,
     plan_signature,
-    program_io,
     workspace_views,
 )
 from onnx_ep.core.plugin_manager import plugins_for, resolve_providers, selection, with_fallback
 from onnx_ep.core.settling import fallback_reporter, plan_with_host_fallback
 from onnx_ep.core.subgraphs import DeviceSubgraphs
-from onnx_ep.core.tensor import HOST, IOBinding, Tensor, device_type, output_block
+from onnx_ep.core.tensor import HOST, IOBinding, Tensor, device_type
 from onnx_ep.errors import FeedError, OnnxEpWarning, PlanError
 
 log = logging.getLogger("onnx_ep")
@@ -104,9 +105,13 @@ class Session:
         self._programs: dict[tuple[frozenset[str], frozenset[str]], Program] = {}
         self._program: Program = self._build_program()
         self._last_program: Program | None = None
-        self._plans: dict[tuple[Any, ...], ExecutionPlan] = {}
+        me = weakref.ref(self)      # the finalizer holds the cache: no path back to self
+        self._plans = PlanCache(self.options.plan_cache_size, self.options.plan_cache_bytes,
+                                lambda plan: _evicted(me(), plan))
         self._lock = threading.Lock()
-        self._run_lock = threading.Lock()
+        # re-entrant: a device run holds it from finding its plan to its last step, so no
+        # other thread evicts (frees) the plan meanwhile
+        self._run_lock = threading.RLock()
         self._input_values: list[Value] = list(self._graph.inputs)
         self._feeds = FeedBinder(self._input_values)
         self._output_index = {v.name: i for i, v in enumerate(self._graph.outputs)}
@@ -192,8 +197,8 @@ class Session:
             hook.onnx_ep_select_memory_policy(
                 model_bytes=self._graph.weight_bytes, planned_peak=peak,
                 budget=self._authority.budget, options=self.options))
-        if self._device is None and self._plans:      # a static plan that can never fit
-            adm.refuse_never(self.holder, next(iter(self._plans.values())),
+        if self._device is None and len(self._plans):  # a static plan that can never fit
+            adm.refuse_never(self.holder, self._plans.values()[0],
                              0 if self.memory_policy.streams else self._graph.weight_bytes,
                              self._authority)
         self._held: list[Reservation] = []      # session-lifetime reservations
@@ -268,6 +273,7 @@ class Session:
                            "streaming": bool(self.memory_policy.streams),
                            "counters": self.memory_policy.counters()},
                 "admission": adm.strategy_name(self._admission), "plans": plans,
+                "plan_cache": self._plans.report(),
                 "bodies": bodies.report() if (bodies := self._executor.device_subgraphs) else [],
                 "capture": self.capture_report(), "fusion": self._fusion.as_dict()}
 
@@ -349,7 +355,7 @@ class Session:
             if isinstance(v, Tensor):                 # copied out on the device already
                 results.append(v)
             elif isinstance(target, Tensor):
-                results.append(_into(target, v, name))
+                results.append(into(target, v, name))
             elif target == HOST:
                 results.append(Tensor(v) if isinstance(v, np.ndarray) else v)
             else:                                     # produced on the host, wanted on a device
@@ -366,6 +372,13 @@ class Session:
         if not self._finalizer.alive:
             raise PlanError(f"{self.holder} is closed: its memory was released; create a new "
                             f"Session to run the model again")
+        if self._device is None:
+            return self._run_plan(feeds, run_options, keep, wanted)
+        with self._run_lock:
+            return self._run_plan(feeds, run_options, keep, wanted)
+
+    def _run_plan(self, feeds: Mapping[str, Any], run_options: RunOptions | None,
+                  keep: dict[int, Any], wanted: set[int] | None) -> list[Any]:
         t0 = time.perf_counter()
         arrays, signature = self._feeds.bind(feeds, self._plans)
         plan = self._plans.get(signature)
@@ -377,7 +390,7 @@ class Session:
             self.stats["plan_cache_hits"] += 1
         skip: frozenset[int] = frozenset()
         if keep or wanted is not None or any(isinstance(a, Tensor) for a in arrays):
-            arrays, skip = self._device_io(plan.program, arrays, keep, wanted)
+            arrays, skip = device_io(self._device, plan.program, arrays, keep, wanted)
         holder = f"{self.holder}/run-{next(self._run_ids)}"
         reservations = self._admit(plan, holder)
         cancel = (lambda: run_options.terminate) if run_options is not None else None
@@ -394,7 +407,7 @@ class Session:
                         self._capture.after_run(signature, cap)
                 if keep and skip:
                     # the arena is reused by the next run: copy device outputs out now
-                    outs = self._copy_out(plan.program, outs, keep)
+                    outs = copy_out(self._device, self._graph, plan.program, outs, keep)
         finally:
             for r in reservations:
                 r.release()
@@ -407,58 +420,6 @@ class Session:
         self._notify("onnx_ep_run_finished", session=self,
                      stats={"seconds": time.perf_counter() - t0, "planned": planned,
                             "signature": signature})
-        return outs
-
-    def _device_io(self, program: Program, arrays: list[Any], keep: dict[int, Any],
-                   wanted: set[int] | None) -> tuple[list[Any], frozenset[int]]:
-        """Device feeds as the executor takes them; the downloads to skip (outputs kept on
-        the device or not wanted)."""
-        io = program_io(program)
-        dev = self._device.device if self._device is not None else None
-        out = list(arrays)
-        for i, a in enumerate(arrays):
-            if not isinstance(a, Tensor):
-                continue
-            if a.device_type == dev and i not in io.host_read_inputs:
-                out[i] = a.value              # the copy step copies it device-to-device
-            else:
-                out[i] = a.numpy()            # read on the host (or another device)
-        skip = frozenset(step for p, step in io.downloads.items()
-                         if p in keep or (wanted is not None and p not in wanted))
-        return out, skip
-
-    def _copy_out(self, program: Program, outs: list[Any], keep: dict[int, Any]) -> list[Any]:
-        """Copy device outputs wanted on the device into their own Tensors, then wait."""
-        assert self._device is not None
-        io = program_io(program)
-        rt, stream, dev = self._device.runtime, self._device.stream, self._device.device
-        outs = list(outs)
-        fresh = output_block(rt, [(pos, outs[pos]) for pos, target in keep.items()
-                                        if pos in io.downloads and not isinstance(target, Tensor)
-                                        and device_type(target) == dev])
-        pairs: list[tuple[Any, Any]] = []
-        for pos, target in keep.items():
-            if pos not in io.downloads:
-                continue                      # produced on the host: handled by the caller
-            src = outs[pos]
-            name = self._graph.outputs[pos].name
-            if isinstance(target, Tensor):
-                if target.device_type != dev:
-                    raise FeedError(f"output {name!r} is bound to a tensor on {target.device} "
-                                    f"but is produced on {dev}")
-                _check_like(target, src, name)
-                dst = target
-            else:
-                if device_type(target) != dev:
-                    raise FeedError(f"output {name!r} is wanted on {target!r} but is "
-                                    f"produced on {dev}; bind it to 'cpu' or {dev!r}")
-                dst = fresh.get(pos)
-                if dst is None:
-                    dst = Tensor.empty(src.shape, src.dtype, rt.device, runtime=rt)
-            pairs.append((src, dst.value))
-            outs[pos] = dst
-        copy_all(rt, pairs, stream)
-        rt.synchronize(stream)
         return outs
 
     # ---------------------------------------------------------------- internals
@@ -488,20 +449,39 @@ class Session:
                     # device control flow: its bodies are planned (and admitted) with it
                     check=self._executor.device_subgraphs.unplannable)
                 self._capture.check_plan(plan, device)
-                # a device plan holds its arena and workspaces for the session's life: admit
-                # the whole of it now, before any run uses it
-                adm.admit_plan(self._admission, self.holder, f"{self.holder}/plan", plan,
-                           self._authority)
-                device.bind_plan(plan)
-            self._plans[signature] = plan
+                self._bind(device, plan)
+            self._plans.add(signature, plan)
             self.stats["plans"] += 1
             log.debug("planned signature %s: workspace step=%d session=%d", signature,
                       plan.workspace.step_peak, plan.workspace.session_peak)
             return plan
 
+    def _bind(self, device: DeviceBinding, plan: ExecutionPlan) -> None:
+        """Admit a device plan, which holds its arena until evicted, as a whole before any
+        run uses it, and bind it. Cached plans run longest ago are evicted first while the
+        request does not fit what is free now."""
+        while True:
+            request = adm.AdmissionRequest(self.holder, f"{self.holder}/plan", plan.arena.size,
+                                           *device.slot_growth(plan))
+            if (self._authority.fit(request.total) is Fit.FITS
+                    or not self._plans.evict_oldest()):
+                break
+        with adm.admitted(self._admission, request, self._authority):
+            device.bind_plan(plan, shared=True)
+
+    def _evict(self, plan: ExecutionPlan) -> None:
+        """Give back what an evicted plan held (the plan cache's ``release``)."""
+        self._capture.forget(plan.signature)
+        if self._device is not None:
+            self._device.release_plan(plan)
+        log.debug("%s: evicted the plan of %s", self.holder, signature_text(plan.signature))
+
     def _admit_body(self, plan: ExecutionPlan) -> None:
-        """Admit a device control-flow body's plan (held, like the session's plans)."""
-        adm.admit_plan(self._admission, self.holder, f"{self.holder}/body", plan, self._authority)
+        """Admit and bind a device control-flow body's plan (held like the session's)."""
+        assert self._device is not None
+        with adm.admitted(self._admission, adm.plan_request(self.holder, f"{self.holder}/body",
+                                                            plan), self._authority):
+            self._device.bind_plan(plan)
 
     def _admit(self, plan: ExecutionPlan, holder: str) -> list[Reservation]:
         """Ask for the run's whole need before any work; reserve it or raise a refusal."""
@@ -511,10 +491,10 @@ class Session:
         have = self._persistent.requested if self._persistent is not None else 0
         growth = max(0, ws.session_peak - have)
         request = adm.AdmissionRequest(self.holder, holder, plan.arena.size, ws.step_peak, growth)
-        adm.admit(self._admission, request, self._authority)
-        if growth:
-            self._grow_persistent(ws.session_peak)
-        return adm.reserve_for_run(request, self._authority)
+        with adm.admitted(self._admission, request, self._authority):
+            if growth:
+                self._grow_persistent(ws.session_peak)
+            return adm.reserve_for_run(request, self._authority)
 
     def _grow_persistent(self, nbytes: int) -> None:
         with self._lock, self._authority.grant() as g:
@@ -568,20 +548,6 @@ class Session:
                               f"{type(exc).__name__}: {exc}", OnnxEpWarning, stacklevel=3)
 
 
-def _check_like(target: Tensor, value: Any, name: str) -> None:
-    if target.dtype != np.dtype(value.dtype) or target.shape != tuple(value.shape):
-        raise FeedError(f"output {name!r} is bound to a tensor of {target.dtype}"
-                        f"{list(target.shape)} but the run produces {np.dtype(value.dtype)}"
-                        f"{list(value.shape)}")
-
-
-def _into(target: Tensor, value: Any, name: str) -> Tensor:
-    """Write a host ``value`` into the preallocated ``target``."""
-    _check_like(target, value, name)
-    target.copy_from(value)
-    return target
-
-
 def _release_all(reservations: list[Reservation], device: DeviceBinding | None,
                  plans: dict[tuple[Any, ...], ExecutionPlan]) -> None:
     for p in list(plans.values()):
@@ -591,6 +557,11 @@ def _release_all(reservations: list[Reservation], device: DeviceBinding | None,
         r.release()
     if device is not None:
         device.close()
+
+
+def _evicted(session: Session | None, plan: ExecutionPlan) -> None:
+    if session is not None:
+        session._evict(plan)
 
 
 def _node_arg(v: Value) -> NodeArg:

@@ -74,8 +74,8 @@ def _known_key(known: Mapping[str, Any] | None) -> tuple[Any, ...]:
 class DeviceSubgraphs:
     """Plans and runs the bodies of one session's device control-flow nodes.
 
-    :param admit_plan: admits a body plan's bytes (the session's admission strategy) or
-        raises its refusal; called before the plan's arena is bound.
+    :param admit_plan: admits a body plan's bytes (the session's admission strategy) and
+        binds it, or raises the refusal.
     """
 
     def __init__(self, registry: KernelRegistry, providers: Sequence[str],
@@ -190,7 +190,6 @@ class DeviceSubgraphs:
                                   self.can_fall_back),
                 host_kernels=self.host_kernels, check=self.unplannable, outer_known=known)
             self.admit_plan(plan)
-            self.device.bind_plan(plan)
             self._plans[key] = plan
             self._evict_beyond(id(graph), key)
             return plan

@@ -1,4 +1,4 @@
-"""Built-in admission strategies ``strict`` and ``headroom``: a plugin like any other.
+"""Built-in admission strategies ``strict``, ``headroom`` and ``queue``: a plugin like any other.
 
 The default (``strict``) answers ``trylast``, so any plugin's strategy wins over it. An
 explicit ``SessionOptions(admission="strict" | "headroom")`` beats every plugin: the
@@ -15,7 +15,7 @@ from onnx_ep.core.hookspecs import hookimpl
 from onnx_ep.core.memory import Fit, LedgerView
 from onnx_ep.errors import CapacityUnavailable, OptionsError, TierExhausted
 
-BUILTINS = ("strict", "headroom")
+BUILTINS = ("strict", "headroom", "queue")
 
 
 class StrictAdmission:
@@ -39,6 +39,26 @@ class HeadroomAdmission:
 
     def admit(self, request: AdmissionRequest, ledger: LedgerView) -> AdmissionDecision:
         return _decide(request, ledger, keep_free=self.fraction, name=self.name)
+
+
+class QueueAdmission:
+    """Wait for bytes instead of refusing at once: a request that does not fit now (or
+    finds others waiting before it) joins its device's queue and is admitted first come,
+    first served when releases make room, or refused with :exc:`TierExhausted` after
+    ``timeout`` seconds. A request that can never fit is refused at once."""
+
+    name = "queue"
+
+    def __init__(self, timeout: float = 10.0) -> None:
+        if not timeout >= 0:
+            raise OptionsError(f"admission_timeout must be >= 0 seconds, got {timeout}")
+        self.timeout = float(timeout)
+
+    def admit(self, request: AdmissionRequest, ledger: LedgerView) -> AdmissionDecision:
+        decision = _decide(request, ledger, keep_free=0.0, name=self.name)
+        if isinstance(decision.refusal, CapacityUnavailable):
+            return decision
+        return AdmissionDecision(decision.refusal, wait=self.timeout)
 
 
 def _decide(request: AdmissionRequest, ledger: LedgerView, keep_free: float,
@@ -73,8 +93,10 @@ def builtin_strategy(choice: str, options: Any) -> AdmissionStrategy:
         return StrictAdmission()
     if choice == "headroom":
         return HeadroomAdmission(getattr(options, "headroom_fraction", 0.1))
-    raise OptionsError(f"unknown admission strategy {choice!r}; built-ins are 'strict' and "
-                       f"'headroom' (plugins may add more through "
+    if choice == "queue":
+        return QueueAdmission(getattr(options, "admission_timeout", 10.0))
+    raise OptionsError(f"unknown admission strategy {choice!r}; built-ins are 'strict', "
+                       f"'headroom' and 'queue' (plugins may add more through "
                        f"onnx_ep_select_admission_strategy)")
 
 

@@ -21,7 +21,7 @@ ALLOWED = {("core/graph.py", "zeros"): "densifies a sparse initializer at load; 
            ("core/tensor.py", "empty"): "Tensor.empty reserves device bytes in the device's "
                                         "authority before allocating; a host Tensor is the "
                                         "caller's own numpy array, not a session buffer",
-           ("core/session.py", "empty"): "Tensor.empty for an output kept on the device: "
+           ("core/device_io.py", "empty"): "Tensor.empty for an output kept on the device: "
                                          "reserved in the device authority (onnx_ep.Tensor)"}
 
 

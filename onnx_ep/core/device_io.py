@@ -1,0 +1,83 @@
+"""Feeds and outputs that live on the session's device: which copies a run skips, and
+outputs copied device-to-device into the caller's tensors (``Session.run_with_iobinding``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from onnx_ep.core.executor import copy_all
+from onnx_ep.core.graph import Graph
+from onnx_ep.core.planner import Program, program_io
+from onnx_ep.core.tensor import Tensor, device_type, output_block
+from onnx_ep.errors import FeedError
+
+
+def device_io(device: Any, program: Program, arrays: list[Any], keep: dict[int, Any],
+              wanted: set[int] | None) -> tuple[list[Any], frozenset[int]]:
+    """Device feeds as the executor takes them; the downloads to skip (outputs kept on
+    the device or not wanted)."""
+    io = program_io(program)
+    dev = device.device if device is not None else None
+    out = list(arrays)
+    for i, a in enumerate(arrays):
+        if not isinstance(a, Tensor):
+            continue
+        if a.device_type == dev and i not in io.host_read_inputs:
+            out[i] = a.value              # the copy step copies it device-to-device
+        else:
+            out[i] = a.numpy()            # read on the host (or another device)
+    skip = frozenset(step for p, step in io.downloads.items()
+                     if p in keep or (wanted is not None and p not in wanted))
+    return out, skip
+
+
+def copy_out(device: Any, graph: Graph, program: Program, outs: list[Any],
+             keep: dict[int, Any]) -> list[Any]:
+    """Copy device outputs wanted on the device into their own Tensors, then wait."""
+    assert device is not None
+    io = program_io(program)
+    rt, stream, dev = device.runtime, device.stream, device.device
+    outs = list(outs)
+    fresh = output_block(rt, [(pos, outs[pos]) for pos, target in keep.items()
+                              if pos in io.downloads and not isinstance(target, Tensor)
+                              and device_type(target) == dev])
+    pairs: list[tuple[Any, Any]] = []
+    for pos, target in keep.items():
+        if pos not in io.downloads:
+            continue                      # produced on the host: handled by the caller
+        src = outs[pos]
+        name = graph.outputs[pos].name
+        if isinstance(target, Tensor):
+            if target.device_type != dev:
+                raise FeedError(f"output {name!r} is bound to a tensor on {target.device} "
+                                f"but is produced on {dev}")
+            check_like(target, src, name)
+            dst = target
+        else:
+            if device_type(target) != dev:
+                raise FeedError(f"output {name!r} is wanted on {target!r} but is "
+                                f"produced on {dev}; bind it to 'cpu' or {dev!r}")
+            dst = fresh.get(pos)
+            if dst is None:
+                dst = Tensor.empty(src.shape, src.dtype, rt.device, runtime=rt)
+        pairs.append((src, dst.value))
+        outs[pos] = dst
+    copy_all(rt, pairs, stream)
+    rt.synchronize(stream)
+    return outs
+
+
+def check_like(target: Tensor, value: Any, name: str) -> None:
+    if target.dtype != np.dtype(value.dtype) or target.shape != tuple(value.shape):
+        raise FeedError(f"output {name!r} is bound to a tensor of {target.dtype}"
+                        f"{list(target.shape)} but the run produces {np.dtype(value.dtype)}"
+                        f"{list(value.shape)}")
+
+
+def into(target: Tensor, value: Any, name: str) -> Tensor:
+    """Write a host ``value`` into the preallocated ``target``."""
+    check_like(target, value, name)
+    target.copy_from(value)
+    return target
