@@ -50,7 +50,7 @@ class Executor:
             weights: Any = None,
             prebound: Sequence[tuple[Any, ...]] | None = None,
             skip: frozenset[int] = frozenset(),
-            capture: Any = None) -> list[Any]:
+            capture: Any = None, meter: Any = None) -> list[Any]:
         """Execute ``program`` and return its graph outputs in order.
 
         :param inputs: one value per graph input, in order.
@@ -65,6 +65,8 @@ class Executor:
             downloads of outputs a caller wants on the device).
         :param capture: a :class:`~onnx_ep.core.capture.PlanCapture` whose schedule this
             run follows: recorded segments replay as graphs, the rest runs step by step.
+        :param meter: a :class:`~onnx_ep.core.run_sizing.RunMeter`: the steps it meters
+            reserve their outputs' bytes (sized from their inputs) before they run.
         """
         # two spare slots: n_slots receives outputs the graph does not use (slot -1 of an
         # output), n_slots + 1 stays None and is what a missing optional input (-1) reads;
@@ -83,12 +85,15 @@ class Executor:
         pb = prebound if prebound is not None else program.no_prebound
         i = 0
         where = [0]                   # the general loop's current step, for error messages
+        if meter is not None and meter.steps is not None and not meter.steps:
+            meter = None
         fast = (cancel is None and weights is None and not skip and capture is None
-                and program.fast is not None)
+                and program.fast is not None and meter is None)
         try:
             with np.errstate(all="ignore"):   # ONNX defines inf/nan results; no warnings
                 if capture is not None:
-                    self._run_schedule(program, env, wsl, pb, capture, cancel, where, skip)
+                    self._run_schedule(program, env, wsl, pb, capture, cancel, where, skip,
+                                       meter)
                 elif fast:
                     # one and two inputs / one output spelled out: a comprehension or zip
                     # per step costs more than the branch (a frame per listcomp before 3.12)
@@ -110,7 +115,8 @@ class Executor:
                         for s in frees:
                             env[s] = None
                 else:
-                    self._run_general(program, env, wsl, pb, cancel, weights, where, skip)
+                    self._run_general(program, env, wsl, pb, cancel, weights, where, skip,
+                                      meter)
         except OnnxEpError:
             raise
         except Exception as exc:
@@ -124,8 +130,10 @@ class Executor:
     def _run_general(self, program: Program, env: list[Any],
                      wsl: Sequence[WorkspaceView | None], pb: Sequence[tuple[Any, ...]],
                      cancel: Callable[[], bool] | None, weights: Any,
-                     where: list[int], skip: frozenset[int] = frozenset()) -> None:
-        """The loop for runs that cancel, stream weights, run subgraphs or skip copies."""
+                     where: list[int], skip: frozenset[int] = frozenset(),
+                     meter: Any = None) -> None:
+        """The loop for runs that cancel, stream weights, run subgraphs, skip copies or
+        meter run-sized outputs."""
         steps = program.steps
         trash = program.n_slots
         for i, step in enumerate(steps):
@@ -136,22 +144,30 @@ class Executor:
             if weights is not None and step.const_reads:
                 for s, v in zip(step.const_reads, weights.page_in(step.const_reads)):
                     env[s] = v
-            self._step(step, env, wsl[i], pb[i], i in skip, trash)
+            self._step(step, env, wsl[i], pb[i], i in skip, trash, False,
+                       meter if meter is not None and meter.metered(i) else None)
             if weights is not None:
                 for s in step.const_reads:   # the window owns paged weights, not the run
                     env[s] = None
 
     def _step(self, step: Step, env: list[Any], workspace: WorkspaceView | None,
               prebound: tuple[Any, ...], skipped: bool, trash: int,
-              captured: bool = False) -> None:
-        """Run one step of the general and the captured loops over ``env``."""
+              captured: bool = False, meter: Any = None) -> None:
+        """Run one step of the general and the captured loops over ``env`` (``meter``: its
+        outputs are reserved before it runs, sized from ``args``)."""
         args = [env[s] for s in step.in_slots]
         if skipped:             # a skipped copy: its output is its input
             env[step.out_slots[0]] = args[0]
         else:
             outs = list(prebound)
-            ctx = step.ctx if not step.has_subgraphs else self._scoped_ctx(step, env, captured)
-            step.call(ctx, args, outs, workspace)
+            ctx = (step.ctx if not step.has_subgraphs
+                   else self._scoped_ctx(step, env, captured, meter))
+            if meter is None:
+                step.call(ctx, args, outs, workspace)
+            else:
+                charged = meter.before(step, args)
+                step.call(ctx, args, outs, workspace)
+                meter.after(step, outs, charged)
             for s, v in zip(step.out_slots, outs):
                 env[s if s >= 0 else trash] = v
         for s in step.frees:
@@ -160,7 +176,7 @@ class Executor:
     def _run_schedule(self, program: Program, env: list[Any],
                       wsl: Sequence[WorkspaceView | None], pb: Sequence[tuple[Any, ...]],
                       capture: Any, cancel: Callable[[], bool] | None, where: list[int],
-                      skip: frozenset[int]) -> None:
+                      skip: frozenset[int], meter: Any = None) -> None:
         """The loop of a captured plan: step indices run eagerly, recorded segments replay,
         segments not recorded yet are recorded (and run eagerly when recording fails)."""
         steps = program.steps
@@ -168,7 +184,8 @@ class Executor:
 
         def run_step(i: int) -> None:
             where[0] = i
-            self._step(steps[i], env, wsl[i], pb[i], i in skip, trash, True)
+            self._step(steps[i], env, wsl[i], pb[i], i in skip, trash, True,
+                       meter if meter is not None and meter.metered(i) else None)
 
         for item in capture.schedule():
             if cancel is not None and cancel():
@@ -187,8 +204,8 @@ class Executor:
             for i in item.steps:     # not recorded, or an input moved: eagerly, this run
                 run_step(i)
 
-    def _scoped_ctx(self, step: Step, env: list[Any], captured: bool = False
-                    ) -> ExecutionContext:
+    def _scoped_ctx(self, step: Step, env: list[Any], captured: bool = False,
+                    meter: Any = None) -> ExecutionContext:
         """A per-call context whose ``run_subgraph`` sees this run's outer-scope values
         (``captured``: the run follows a capture schedule, so device bodies may too)."""
         assert step.ctx is not None
@@ -210,11 +227,15 @@ class Executor:
                                           f"{step.placed.device} but no device plans its "
                                           f"bodies (run it inside a Session)")
             prog = self.program_for(graph)
+            body = meter.child() if meter is not None else None
             try:
-                return self.run(prog, feeds, outer=scope)
+                return self.run(prog, feeds, outer=scope, meter=body)
             except KeyError as exc:
                 raise KernelContractError(f"subgraph {graph.name!r} of node {step.name!r} "
                                           f"reads {exc} which is not in scope") from exc
+            finally:
+                if body is not None:
+                    body.release()
 
         return ExecutionContext(step.ctx.node, stream=step.ctx.stream,
                                 provider=step.ctx.provider, run_subgraph=run_subgraph,

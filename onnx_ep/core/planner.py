@@ -368,6 +368,9 @@ class ExecutionPlan:
     capture: Any = None
     #: the steps folded away at this signature and their values (``core/folding.py``)
     folded: Folded = attrs.Factory(Folded)
+    #: host steps whose outputs only the run can size, or that run unplanned subgraphs:
+    #: metered by :class:`~onnx_ep.core.run_sizing.RunMeter` (set by the session)
+    run_sized: frozenset[int] = frozenset()
     #: folded values device steps read, by slot, as host arrays: ``DeviceBinding.bind_plan``
     #: uploads them once into ``program.folded``
     device_constants: dict[int, np.ndarray] = attrs.Factory(dict)

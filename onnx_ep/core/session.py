@@ -46,6 +46,7 @@ from onnx_ep.core.planner import (
     workspace_views,
 )
 from onnx_ep.core.plugin_manager import plugins_for, resolve_providers, selection, with_fallback
+from onnx_ep.core.run_sizing import RunMeter, run_sized_steps
 from onnx_ep.core.settling import fallback_reporter, plan_with_host_fallback
 from onnx_ep.core.subgraphs import DeviceSubgraphs
 from onnx_ep.core.tensor import HOST, IOBinding, Tensor, device_type
@@ -115,7 +116,10 @@ class Session:
         self._input_values: list[Value] = list(self._graph.inputs)
         self._feeds = FeedBinder(self._input_values)
         self._output_index = {v.name: i for i, v in enumerate(self._graph.outputs)}
-        self.stats: dict[str, int] = {"plans": 0, "runs": 0, "plan_cache_hits": 0}
+        #: ``run_sized_steps``: steps whose outputs a run sized and reserved before they ran;
+        #: ``unsized_steps``: steps charged only after they ran (docs/MEMORY.md)
+        self.stats: dict[str, int] = {"plans": 0, "runs": 0, "plan_cache_hits": 0,
+                                      "run_sized_steps": 0, "unsized_steps": 0}
         self._run_ids = itertools.count(1)
         try:
             self._setup_memory()
@@ -395,13 +399,17 @@ class Session:
         reservations = self._admit(plan, holder)
         cancel = (lambda: run_options.terminate) if run_options is not None else None
         cap = self._capture.for_run(plan.capture, run_options)
+        # host values only this run can size are reserved step by step (core/run_sizing.py)
+        meter = (RunMeter(self._authority if self._device is None else authority_for("cpu"),
+                          holder, plan.run_sized) if plan.run_sized else None)
         try:
             workspaces = self._workspace_views(plan, reservations)
             with self._serial:
                 try:
                     outs = self._executor.run(plan.program, arrays, workspaces=workspaces,
                                               cancel=cancel, weights=self._weights,
-                                              prebound=plan.prebound, skip=skip, capture=cap)
+                                              prebound=plan.prebound, skip=skip, capture=cap,
+                                              meter=meter)
                 finally:
                     if cap is not None:
                         self._capture.after_run(signature, cap)
@@ -411,6 +419,10 @@ class Session:
         finally:
             for r in reservations:
                 r.release()
+            if meter is not None:
+                meter.release()
+                self.stats["run_sized_steps"] += meter.sized
+                self.stats["unsized_steps"] += meter.unsized
         self.stats["runs"] += 1
         self._last_program = plan.program
         if plan.capture is None and self._device is not None:
@@ -450,6 +462,7 @@ class Session:
                     check=self._executor.device_subgraphs.unplannable)
                 self._capture.check_plan(plan, device)
                 self._bind(device, plan)
+            plan.run_sized = run_sized_steps(plan)
             self._plans.add(signature, plan)
             self.stats["plans"] += 1
             log.debug("planned signature %s: workspace step=%d session=%d", signature,

@@ -32,12 +32,13 @@ def test_run_that_can_never_fit_is_refused_before_any_step():
 
 
 def test_two_sessions_racing_for_one_budget_never_over_commit():
-    limit = 64 * 1024
+    limit = 128 * 1024
     gate = threading.Event()
     ka, kb = ScratchKernel(), ScratchKernel()
     ka.gate = gate
     sa, sb = _session(ka, limit), _session(kb, limit)
-    x = np.ones(12 * 1024, np.float32)       # 48 KiB of scratch per run: one fits, two do not
+    # 48 KiB of scratch and 48 KiB of output per run: one fits, two do not
+    x = np.ones(12 * 1024, np.float32)
     authority = authority_for("cpu", limit)
     errors: list[BaseException] = []
 
@@ -118,8 +119,8 @@ def test_cancellation_between_steps_raises_and_releases():
 
 def test_headroom_admission_keeps_a_fraction_free():
     k = ScratchKernel()
-    limit = 64 * 1024
-    x = np.ones(14 * 1024, np.float32)        # 56 KiB of scratch of a 64 KiB budget
+    limit = 128 * 1024
+    x = np.ones(14 * 1024, np.float32)        # 56 KiB of scratch and 56 of output: 112 KiB
     s_strict = _session(k, limit)
     s_strict.run(None, {"x": x})
     s_head = _session(ScratchKernel(), limit, admission="headroom", headroom_fraction=0.25)

@@ -77,12 +77,13 @@ def test_admission_timeout_is_validated():
 def _run_all(admission: str, sessions: int = 3, threads: int = 3, runs: int = 8):
     """threads x sessions on one budget where one run fits at a time; per session, the runs
     done and refused."""
-    limit = 64 * 1024
+    limit = 128 * 1024
     opts = SessionOptions(memory_limit=limit, admission=admission, admission_timeout=30)
     kernels = [ScratchKernel() for _ in range(sessions)]
     ss = [onnx_ep.Session(scratch_model(), plugins=[ScratchPlugin(k)], options=opts)
           for k in kernels]
-    x = np.ones(12 * 1024, np.float32)      # 48 KiB of scratch per run: one fits, two do not
+    # 48 KiB of scratch and 48 KiB of output per run: one fits, two do not
+    x = np.ones(12 * 1024, np.float32)
     done = [0] * sessions
     refused = [0] * sessions
     wrong = []

@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import onnx_ep
 
 PACKAGE = Path(onnx_ep.__file__).parent
@@ -62,3 +64,49 @@ def test_the_scan_sees_an_offender(tmp_path):
     bad.write_text("import numpy as np\nbuf = np.empty(10)\nptr = driver.cuMemAlloc(10)\n")
     names = {n for _, n in _calls(bad)}
     assert "empty" in names and "cuMemAlloc" in names
+
+
+# ---------------------------------------------------------------- at run time
+#: node-suite cases whose outputs only the run can size (value-sized ops, selections, control
+#: flow, sequences): the quick guard; the slow one runs every case
+RUN_SIZED_CASES = (r"constantofshape|_expand_|_tile|_range_|onehot|unique|nonzero|compress"
+                   r"|_loop|_scan|sequence_map|optional_has|test_if_")
+
+
+def _unsized_steps(pattern: str | None) -> tuple[int, dict[str, int]]:
+    import warnings
+
+    from onnx.backend.test.runner import _normalize_tensor
+
+    from onnx_ep.backend import OnnxEpBackend
+    from onnx_ep.testing.node_suite import load_cases, load_skips
+
+    skips = load_skips()
+    metered, unsized = 0, {}
+    for case in load_cases(pattern):
+        if case.name in skips:
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            rep = OnnxEpBackend.prepare(case.model, "CPU")
+            for inputs, _ in case.data_sets:
+                rep.run([_normalize_tensor(x) for x in inputs])
+        stats = rep.session.stats
+        metered += stats["run_sized_steps"]
+        if stats["unsized_steps"]:
+            unsized[case.name] = stats["unsized_steps"]
+    return metered, unsized
+
+
+def test_no_host_kernel_allocates_an_output_the_run_did_not_reserve_first():
+    metered, unsized = _unsized_steps(RUN_SIZED_CASES)
+    assert metered > 100             # the cases do meet outputs only the run can size
+    assert not unsized, f"outputs charged only after they were allocated: {unsized}"
+
+
+@pytest.mark.slow
+def test_no_case_of_the_node_suite_allocates_an_unreserved_output():
+    metered, unsized = _unsized_steps(None)
+    print(f"memory guard: {metered} run-sized steps reserved before they ran, "
+          f"{len(unsized)} cases with unreserved outputs")
+    assert not unsized, f"outputs charged only after they were allocated: {unsized}"

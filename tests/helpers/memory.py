@@ -41,6 +41,9 @@ class ScratchKernel:
     def scratch_bytes(shape: Any, dtype: Any) -> int:
         return int(np.prod(shape)) * np.dtype(dtype).itemsize
 
+    def infer_outputs(self, meta: Any) -> list[Any]:
+        return [meta.inputs[0]]          # y is x's shape: the plan's arena holds it
+
     def workspace_requirement(self, meta: Any) -> WorkspaceRequirement:
         spec = meta.inputs[0]
         if spec is None or not spec.is_static:
