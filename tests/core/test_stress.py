@@ -14,8 +14,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnx_ep
-from onnx_ep import CaptureSupport, OpKey, Parity, RunOptions, SessionOptions
-from onnx_ep import WorkspaceRequirement
+from onnx_ep import CaptureSupport, OpKey, Parity, RunOptions, SessionOptions, WorkspaceRequirement
 from onnx_ep.errors import AdmissionRefused, NodeError, RunCancelled
 from tests.helpers.oracle import ORACLE_IR_VERSION
 
