@@ -170,6 +170,41 @@ def _check_attributes(node: onnx.NodeProto, opsets: dict[str, int]) -> None:
                          f"{schema.since_version}) requires attribute {missing[0]!r}")
 
 
+#: the domains whose nodes onnx's checker validates at load; other domains' nodes are their
+#: kernels' to judge (contrib and custom ops)
+CHECKED_DOMAINS = ("", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training")
+
+
+#: what onnx's checker refuses in a node and onnxruntime runs: an op whose schema onnx
+#: marks deprecated at the model's opset (GroupNormalization-18), and an op onnx does not
+#: define in the default domain (onnxruntime's contrib ops there, such as
+#: SimplifiedLayerNormalization: whether a provider runs it is placement's to say)
+CHECKER_TOLERATES = ("is deprecated in domain_version", "No Op registered for")
+
+
+def _check_node(node: onnx.NodeProto, opsets: dict[str, int]) -> None:
+    """onnx's checker on one standard node: its op exists at the model's opset, its input
+    and output counts, attribute names, types and required ones. Nodes that hold subgraphs
+    are left to their bodies' own nodes (checked as those graphs are converted); onnx's
+    whole-model checker also refuses models onnxruntime runs (graph outputs without a
+    shape, nodes out of topological order), so it is not run as a whole."""
+    if node.domain not in CHECKED_DOMAINS or any(
+            a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+            for a in node.attribute):
+        return
+    ctx = onnx.checker.C.CheckerContext()
+    ctx.ir_version = onnx.IR_VERSION
+    ctx.opset_imports = {("" if d == "ai.onnx" else d): v for d, v in opsets.items()}
+    try:
+        onnx.checker.check_node(node, ctx)
+    except onnx.checker.ValidationError as exc:
+        first = str(exc).strip().splitlines()[0]
+        if any(p in first for p in CHECKER_TOLERATES):
+            return
+        raise ModelError(f"node {node.name or node.op_type!r} ({node.op_type}): onnx's "
+                         f"checker refuses it: {first}") from exc
+
+
 def _opsets(model: onnx.ModelProto) -> dict[str, int]:
     opsets: dict[str, int] = {}
     for imp in model.opset_import:
@@ -314,6 +349,7 @@ def _convert_graph(gp: onnx.GraphProto, opsets: dict[str, int], outer: frozenset
             if o:
                 local.add(o)
         _check_attributes(n, opsets)
+        _check_node(n, opsets)
     scope = frozenset(local) | outer
     nodes: list[Node] = []
     seen_names: set[str] = set()

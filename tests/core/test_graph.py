@@ -163,3 +163,23 @@ def test_a_required_attribute_missing_or_an_initializer_defined_twice_is_refused
     for v in (1.0, 2.0):
         m.graph.initializer.append(numpy_helper.from_array(np.array([v, v], np.float32), "k"))
     _refused(m, r"initializer 'k' is defined twice")
+
+
+def test_onnx_checker_refuses_a_malformed_standard_node():
+    from onnx import helper
+
+    _refused(_one([helper.make_node("Relu", ["x", "x"], ["y"])]),
+             r"onnx's checker refuses it: .*input size 2")
+    _refused(_one([helper.make_node("LeakyRelu", ["x"], ["y"], alpha="steep")]),
+             r"onnx's checker refuses it: .*attribute type")
+
+
+def test_onnx_checker_lets_through_what_onnxruntime_runs():
+    import onnx_ep
+    from onnx import helper
+
+    # onnxruntime's contrib op in the default domain: the registry decides, not the checker
+    m = _one([helper.make_node("SimplifiedLayerNormalization", ["x", "x"], ["y"])])
+    (y,) = onnx_ep.Session(m, providers=["cpu_reference"]).run(
+        None, {"x": np.array([3, 4], np.float32)})
+    np.testing.assert_allclose(y, np.array([3, 4]) / np.sqrt(12.5) * [3, 4], rtol=1e-5)

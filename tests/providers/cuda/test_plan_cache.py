@@ -50,7 +50,7 @@ def _want(f: dict[str, np.ndarray]) -> np.ndarray:
 
 
 @pytest.mark.parametrize("capture", ["off", "auto"])
-def test_a_decode_loop_over_512_growing_lengths_holds_bounded_gpu_memory(capture):
+def test_a_decode_loop_over_512_growing_lengths_holds_bounded_gpu_memory(cuda_device, capture):
     s = onnx_ep.Session(_attention_like(), providers=["cuda"],
                         options=SessionOptions(plan_cache_size=4, capture=capture))
     authority = s._authority
@@ -74,7 +74,7 @@ def test_a_decode_loop_over_512_growing_lengths_holds_bounded_gpu_memory(capture
     assert s.holder not in authority.ledger()["by_holder"]
 
 
-def test_evicted_signatures_come_back_right_after_the_slots_moved():
+def test_evicted_signatures_come_back_right_after_the_slots_moved(cuda_device):
     s = onnx_ep.Session(_attention_like(), providers=["cuda"],
                         options=SessionOptions(plan_cache_size=2))
     try:
