@@ -105,14 +105,15 @@ def onnx_ep_select_admission_strategy(options: Any) -> AdmissionStrategy | None:
     """Choose the admission strategy for a session, once, when it is created.
 
     Stops at first non-None result. The built-in default (``strict``) answers
-    ``trylast``; ``SessionOptions(admission="strict" | "headroom")`` names a built-in
-    that wins over every plugin; another name is left to plugins, and refused with
-    :exc:`OptionsError` if none answers.
+    ``trylast``; ``SessionOptions(admission="strict" | "headroom" | "queue")`` names a
+    built-in that wins over every plugin; another name is left to plugins, and refused
+    with :exc:`OptionsError` if none answers.
 
     :param options: the session's :class:`SessionOptions`.
     :returns: an :class:`~onnx_ep.core.admission.AdmissionStrategy` (its
         ``admit(request, ledger) -> AdmissionDecision`` sees an ``AdmissionRequest`` and a
-        ``LedgerView``), or ``None``.
+        ``LedgerView``; ``AdmissionDecision(wait=seconds)`` queues the request first come,
+        first served instead of deciding now), or ``None``.
     """
 
 
