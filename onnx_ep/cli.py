@@ -326,8 +326,11 @@ def cmd_resources(args: argparse.Namespace) -> int:
         print(json.dumps(res, indent=2))
         return 0
     mib = 1 << 20
+    led = res["ledger"]
     print(f"device {res['device']}: budget {res['budget']:,} bytes "
-          f"({res['budget'] / mib:.1f} MiB), committed {res['committed']:,}")
+          f"({res['budget'] / mib:.1f} MiB), committed {res['committed']:,}; the device's "
+          f"pool {led['device_budget']:,}, committed by all sessions "
+          f"{led['device_committed']:,}")
     pol = res["policy"]
     print(f"policy {pol['name']} (streaming {'on' if pol['streaming'] else 'off'}), "
           f"admission {res['admission']}; counters: "
@@ -336,6 +339,9 @@ def cmd_resources(args: argparse.Namespace) -> int:
           f"{res['held_by_session']:,}")
     print("ledger by role: " + ", ".join(f"{k} {v:,}" for k, v in
                                          res["ledger"]["by_role"].items() if v))
+    cache = res["plan_cache"]
+    print(f"plans kept {cache['plans']} of at most {cache['max_plans']}, evicted "
+          f"{cache['evictions']}")
     for p in res["plans"]:
         print(f"plan [{p['signature']}]: arena {p['arena_bytes']:,} (live-bytes peak "
               f"{p['activation_live_peak_bytes']:,}, naive sum {p['activation_naive_bytes']:,}), "
