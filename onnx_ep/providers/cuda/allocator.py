@@ -341,9 +341,18 @@ class CudaAllocator:
         try:
             return self.authority.reserve(nbytes, role, holder)
         except MemoryBudgetError:
-            if not self.trim():
+            # the device's pool is shared by every quota: blocks cached by the allocators of
+            # other memory limits on this device count against it too
+            if not self.trim() + self.trim_device_peers():
                 raise
             return self.authority.reserve(nbytes, role, holder)
+
+    def trim_device_peers(self) -> int:
+        """Trim the caches of this device's allocators for other memory limits."""
+        with _allocators_lock:
+            peers = [a for (ordinal, _), a in _allocators.items()
+                     if ordinal == self.device.ordinal and a is not self]
+        return sum(a.trim() for a in peers)
 
     def _driver_alloc(self, capacity: int) -> int:
         self.device.set_current()
