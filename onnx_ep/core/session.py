@@ -46,6 +46,7 @@ from onnx_ep.core.planner import (
     workspace_views,
 )
 from onnx_ep.core.plugin_manager import plugins_for, resolve_providers, selection, with_fallback
+from onnx_ep.core.report import session_resources
 from onnx_ep.core.run_sizing import RunMeter, run_sized_steps
 from onnx_ep.core.settling import fallback_reporter, plan_with_host_fallback
 from onnx_ep.core.subgraphs import DeviceSubgraphs
@@ -261,25 +262,7 @@ class Session:
 
         JSON-ready: only dicts, lists, strings and ints.
         """
-        plans = [{"signature": signature_text(p.signature), "arena_bytes": p.arena.size,
-                  "activation_naive_bytes": p.arena.naive_bytes,
-                  "activation_live_peak_bytes": p.arena.live_peak_bytes,
-                  "workspace_step_bytes": p.workspace.step_peak,
-                  "workspace_session_bytes": p.workspace.session_peak, "copies": p.copies(),
-                  "nodes": p.nodes()}
-                 for p in list(self._plans.values())]
-        return {"holder": self.holder, "device": self._authority.device,
-                "budget": self._authority.budget, "committed": self._authority.committed,
-                "held_by_session": self._authority.held_by(self.holder),
-                "weights_bytes": self._graph.weight_bytes,
-                "ledger": self._authority.ledger(),
-                "policy": {"name": self.memory_policy.name,
-                           "streaming": bool(self.memory_policy.streams),
-                           "counters": self.memory_policy.counters()},
-                "admission": adm.strategy_name(self._admission), "plans": plans,
-                "plan_cache": self._plans.report(),
-                "bodies": bodies.report() if (bodies := self._executor.device_subgraphs) else [],
-                "capture": self.capture_report(), "fusion": self._fusion.as_dict()}
+        return session_resources(self)
 
     def capture_report(self) -> dict[str, Any]:
         """CUDA-graph capture per planned signature on a device (docs/CAPTURE.md).
