@@ -286,7 +286,14 @@ class Pow(CpuKernel):
         with np.errstate(all="ignore"):
             if is_float(x.dtype):
                 # upcast, not source_value: an int64 exponent converts as it always did
-                z = np.power(source_value(x), upcast(y).astype(np.float64))
+                xs, ys = source_value(x), upcast(y).astype(np.float64)
+                z = np.power(xs, ys)
+                # numpy computes a power of 0.5 as sqrt, whose -inf and -0 differ from C99
+                # pow (and onnxruntime): pow(-inf, 0.5) = +inf, pow(-0, 0.5) = +0
+                half = ys == 0.5
+                if np.any(half):
+                    z = np.where(half & (xs == -np.inf), np.inf, z)
+                    z = np.where(half & (xs == 0), 0.0, z)
                 return np.broadcast_to(round_from_float64(z, x.dtype), shape).copy()
             if is_int(y.dtype):
                 # integer powers stay integer (float64 would lose int64 precision)

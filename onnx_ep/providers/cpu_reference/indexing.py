@@ -290,8 +290,14 @@ class TopK(CpuKernel):
         if ctx.node.attr("largest", 1):
             # a strictly decreasing map keeps a stable ascending sort stable by index;
             # bitwise not avoids the overflow of negating INT_MIN and unsigned values
-            key = ~key if key.dtype.kind in "iu" else -key
-        order = np.argsort(key, axis=axis, kind="stable")
+            if key.dtype.kind in "iu":
+                order = np.argsort(~key, axis=axis, kind="stable")
+            else:
+                # NaN ranks as the largest value (as ArgMax does): first, in index order
+                nan = np.isnan(key)
+                order = np.lexsort((np.where(nan, 0, -key), ~nan), axis=axis)
+        else:
+            order = np.argsort(key, axis=axis, kind="stable")
         idx = np.take(order, np.arange(kk), axis=axis)
         values = np.take_along_axis(x, idx, axis=axis)
         return np.asarray(values), idx.astype(np.int64)

@@ -80,7 +80,10 @@ def _mean(x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
         s = _sum(x, axes, keep)
         if n == 0:
             return s
-        return (np.sign(s) * (np.abs(s) // n)).astype(x.dtype)
+        # truncate toward zero without abs(): abs(INT_MIN) overflows to INT_MIN; the C-style
+        # remainder makes s - r an exact multiple of n, inside the type's range
+        r = np.fmod(s, s.dtype.type(n))
+        return ((s - r) // s.dtype.type(n)).astype(x.dtype)
     n = int(np.prod([x.shape[a] for a in axes]))
     # sum / count rather than np.mean: an empty set gives NaN without a warning
     with np.errstate(invalid="ignore"):

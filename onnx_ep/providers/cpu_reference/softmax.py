@@ -53,7 +53,9 @@ class Softmax(CpuKernel):
             return x.copy()
         v, axis = softmax_view(ctx, x)
         m = np.max(v, axis=axis, keepdims=True)
-        shifted = v - np.where(np.isfinite(m), m, 0.0)
+        # the spec's x - max(x): a row holding +inf is NaN throughout; a row of -inf only
+        # (a masked row) is shifted by 0 instead, which gives the same NaNs without warnings
+        shifted = v - np.where(np.isneginf(m), 0.0, m)
         e = np.exp(shifted)
         s = np.sum(e, axis=axis, keepdims=True)
         with np.errstate(divide="ignore"):
