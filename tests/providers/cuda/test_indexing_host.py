@@ -495,9 +495,9 @@ def top_k_replay(x, k, largest):
             vn, wn = bool(np.isnan(v)) if key.dtype.kind == "f" else False, \
                 bool(np.isnan(w)) if key.dtype.kind == "f" else False
             if vn:
-                before = jj < j if wn else True
+                before = jj < j if wn else not largest
             elif wn:
-                before = False
+                before = bool(largest)
             elif w == v:
                 before = jj < j
             else:

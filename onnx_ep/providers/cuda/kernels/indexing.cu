@@ -355,8 +355,8 @@ __device__ void cumulative(const T* __restrict__ x, T* __restrict__ y, Geo g,
 
 // ------------------------------------------------------------------ TopK
 // One thread per INPUT element: its rank in the reference's stable order (largest:
-// descending, smallest: ascending; equal values keep the lower index first; NaN sorts
-// after every number, NaNs among themselves by index) is the count of elements that
+// descending, smallest: ascending; equal values keep the lower index first; NaN counts as
+// the largest value, NaNs among themselves by index) is the count of elements that
 // precede it; ranks < k write values[rank] and indices[rank]. O(dim) per element.
 // x viewed as [outer, dim, inner]; outputs [outer, k, inner]. ``sorted`` is ignored
 // (the reference always sorts).
@@ -384,8 +384,8 @@ __device__ void top_k(const T* __restrict__ x, T* __restrict__ vals, long long* 
             if (jj == j) continue;
             K w = key_of(line[jj * inner]);
             bool wn = nan_of(w), before;
-            if (vn) before = wn ? jj < j : true;
-            else if (wn) before = false;
+            if (vn) before = wn ? jj < j : !largest;
+            else if (wn) before = largest;
             else if (w == v) before = jj < j;
             else before = largest ? w > v : w < v;
             rank += before;

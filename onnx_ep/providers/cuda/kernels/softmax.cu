@@ -42,7 +42,7 @@ __device__ void softmax_rows(const T* __restrict__ x, T* __restrict__ y, long lo
             for (int k = 0; k < V; ++k) m = MaxOp::comb(m, to_f64(p.v[k]));
         }
         m = block_reduce<MaxOp>(m, red);
-        const double shift = isfinite(m) ? m : 0.0;
+        const double shift = (isfinite(m) || m > 0.0) ? m : 0.0;   // +inf: NaN row
         double s = 0.0;
         for (long long j = threadIdx.x; j < nv; j += blockDim.x) {
             VT p = xv[j];
@@ -92,7 +92,7 @@ __device__ void softmax_cols(const T* __restrict__ x, T* __restrict__ y, long lo
         T* yo = y + o * axis_dim * inner + i;
         double m = -inf64();
         for (long long r = 0; r < axis_dim; ++r) m = MaxOp::comb(m, to_f64(xo[r * inner]));
-        const double shift = isfinite(m) ? m : 0.0;
+        const double shift = (isfinite(m) || m > 0.0) ? m : 0.0;   // +inf: NaN row
         double s = 0.0;
         for (long long r = 0; r < axis_dim; ++r) s += exp(to_f64(xo[r * inner]) - shift);
         const double ls = log(s);
@@ -466,7 +466,9 @@ __device__ __forceinline__ void softmax_row(float (&v)[P][V], bool active, long 
             for (int k = 0; k < V; ++k) part += exp_slow((double)v[p][k]);
         }
     }
-    const double s = row_reduce<SumF64>(part, shd);
+    const double total = row_reduce<SumF64>(part, shd);
+    // a row holding +inf is NaN throughout (the spec's exp(x - max)); -inf rows shift by 0
+    const double s = (!fin && m > 0.0f) ? default_nan64() : total;
     if (!LOG && fin) {
         const float inv = (float)(1.0 / s);
         EP_FAST_PACKS(P) {
