@@ -204,11 +204,13 @@ def _complete_feeds(graph: Any, feeds: dict[str, Any],
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from onnx_ep import SessionOptions
+    from onnx_ep.core.options import PROFILE_PREFIX, SessionOptions
+    from onnx_ep.core.report import capture_text
 
     progress = _Progress(not args.json)
-    sess, load_s = _open_session(args.model, args.provider, progress,
-                                 SessionOptions(capture=args.capture))
+    sess, load_s = _open_session(args.model, args.provider, progress, SessionOptions(
+        capture=args.capture, profile=args.profile is not None,
+        profile_prefix=args.profile or PROFILE_PREFIX))
     feeds = _complete_feeds(sess.graph, _load_inputs(args.input), args)
     outs, timing = _timed_runs(sess, feeds, args.repeat, progress)
     res = {"model": args.model, "inputs": [
@@ -216,6 +218,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         for k, v in feeds.items()], **_result(sess, outs, timing, load_s)}
     if args.capture_report:
         res["capture"] = sess.capture_report()
+    if args.profile is not None:      # after the runs, so the trace holds every one of them
+        res["profile"] = sess.end_profiling()
     if args.json:
         print(json.dumps(res, indent=2))
     else:
@@ -223,32 +227,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"input {i['name']}: shape {i['shape']} {i['dtype']}")
         _print_result(res)
         if args.capture_report:
-            _print_capture(res["capture"])
+            print(capture_text(res["capture"]))
+        if "profile" in res:
+            print(f"profile: {res['profile']} (open it in Perfetto or chrome://tracing)")
     return 0
-
-
-def _print_capture(report: dict[str, Any]) -> None:
-    """The capture report in a few lines per signature."""
-    if not report["plans"]:
-        print(f"capture ({report['mode']}): no device plan (nothing to capture)")
-        return
-    for p in report["plans"]:
-        print(f"capture ({report['mode']}) {p['signature']}: {p['state']}, "
-              f"{len(p['segments'])} segments, {p['captured_steps']} of {p['steps']} steps "
-              f"captured, {len(p['seams'])} seams, {p['records']} records, "
-              f"{p['replays']} replays")
-        for seg in p["segments"]:
-            print(f"  segment {seg['first']} .. {seg['last']} ({seg['nodes']} steps"
-                  f"{', recorded' if seg.get('recorded') else ''})")
-        for seam in p["seams"]:
-            if seam["kind"] != "io":
-                print(f"  seam {seam['step']} ({seam['kind']}): {seam['reason']}")
-        for f in p["failures"]:
-            print(f"  recording failed at {f['node']} ({f['kernel']}): {f['error']}")
-        if p.get("declined") or p.get("given_up"):
-            print(f"  {p.get('declined') or p.get('given_up')}")
-    for node, why in report["quarantined"].items():
-        print(f"quarantined {node}: {why}")
 
 
 # ---------------------------------------------------------------- parity
@@ -490,6 +472,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "docs/CAPTURE.md)")
     run.add_argument("--capture-report", action="store_true",
                      help="print the capture report after the runs (with --json: its JSON)")
+    run.add_argument("--profile", nargs="?", const="", metavar="PREFIX",
+                     help="write a Chrome trace of the load and the runs (one event per node "
+                          "run) to PREFIX_<date>_<time>.json and print its path (default "
+                          "PREFIX: onnx_ep_profile; docs/PROFILING.md)")
     common(run, repeat=3)
     run.set_defaults(func=cmd_run)
 

@@ -20,7 +20,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PUBLIC = {"onnx_ep", "onnx_ep.errors", "onnx_ep.core.kernel", "onnx_ep.core.provider",
           "onnx_ep.core.hookspecs", "onnx_ep.core.fusion", "onnx_ep.providers.cuda",
-          "onnx_ep.testing", "onnx_ep.testing.parity"}
+          "onnx_ep.testing", "onnx_ep.testing.parity", "onnx_ep.onnxruntime"}
 DOCS = sorted([REPO / "README.md", *(REPO / "docs").glob("*.md")])
 FENCE = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 

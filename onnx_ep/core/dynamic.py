@@ -34,6 +34,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import attrs
+
 from onnx_ep.core.graph import Graph, Node, Value
 from onnx_ep.core.placement import HOST, node_meta
 from onnx_ep.core.registry import KernelRegistry
@@ -90,8 +92,7 @@ def isolate_sized(graph: Graph, registry: KernelRegistry, providers: Sequence[st
             return graph            # no device region kernel: leave the cone to the planner
         # the region goes last (its outputs are graph outputs only); the scan goes on with
         # the nodes left outside it
-        graph = Graph(graph.name, rest + [sized], graph.inputs, graph.outputs,
-                      graph.initializers, graph.values, graph.opsets, graph.outer_names)
+        graph = attrs.evolve(graph, nodes=rest + [sized])
     return graph
 
 

@@ -50,7 +50,7 @@ class Executor:
             weights: Any = None,
             prebound: Sequence[tuple[Any, ...]] | None = None,
             skip: frozenset[int] = frozenset(),
-            capture: Any = None, meter: Any = None) -> list[Any]:
+            capture: Any = None, meter: Any = None, profile: Any = None) -> list[Any]:
         """Execute ``program`` and return its graph outputs in order.
 
         :param inputs: one value per graph input, in order.
@@ -67,6 +67,8 @@ class Executor:
             run follows: recorded segments replay as graphs, the rest runs step by step.
         :param meter: a :class:`~onnx_ep.core.run_sizing.RunMeter`: the steps it meters
             reserve their outputs' bytes (sized from their inputs) before they run.
+        :param profile: a :class:`~onnx_ep.core.profiling.Profiler`: every step (and each
+            replayed segment) is timed into it, through the general loop.
         """
         # two spare slots: n_slots receives outputs the graph does not use (slot -1 of an
         # output), n_slots + 1 stays None and is what a missing optional input (-1) reads;
@@ -88,12 +90,14 @@ class Executor:
         if meter is not None and meter.steps is not None and not meter.steps:
             meter = None
         fast = (cancel is None and weights is None and not skip and capture is None
-                and program.fast is not None and meter is None)
+                and program.fast is not None and meter is None and profile is None)
+        trace = profile.run(program) if profile is not None else None
+        ok = False
         try:
             with np.errstate(all="ignore"):   # ONNX defines inf/nan results; no warnings
                 if capture is not None:
                     self._run_schedule(program, env, wsl, pb, capture, cancel, where, skip,
-                                       meter)
+                                       meter, trace)
                 elif fast:
                     # one and two inputs / one output spelled out: a comprehension or zip
                     # per step costs more than the branch (a frame per listcomp before 3.12)
@@ -116,7 +120,8 @@ class Executor:
                             env[s] = None
                 else:
                     self._run_general(program, env, wsl, pb, cancel, weights, where, skip,
-                                      meter)
+                                      meter, trace)
+            ok = True
         except OnnxEpError:
             raise
         except Exception as exc:
@@ -125,15 +130,18 @@ class Executor:
             raise NodeError(f"kernel {getattr(step.placed, 'kernel', step.call)!r} failed: "
                             f"{type(exc).__name__}: {exc}", node=step.name,
                             op_type=step.placed.node.op_type if step.placed else "copy") from exc
+        finally:
+            if trace is not None:
+                trace.finish(ok)
         return [env[s] for s in program.output_slots]
 
     def _run_general(self, program: Program, env: list[Any],
                      wsl: Sequence[WorkspaceView | None], pb: Sequence[tuple[Any, ...]],
                      cancel: Callable[[], bool] | None, weights: Any,
                      where: list[int], skip: frozenset[int] = frozenset(),
-                     meter: Any = None) -> None:
-        """The loop for runs that cancel, stream weights, run subgraphs, skip copies or
-        meter run-sized outputs."""
+                     meter: Any = None, trace: Any = None) -> None:
+        """The loop for runs that cancel, stream weights, run subgraphs, skip copies,
+        meter run-sized outputs or are profiled (``trace``)."""
         steps = program.steps
         trash = program.n_slots
         for i, step in enumerate(steps):
@@ -145,16 +153,16 @@ class Executor:
                 for s, v in zip(step.const_reads, weights.page_in(step.const_reads)):
                     env[s] = v
             self._step(step, env, wsl[i], pb[i], i in skip, trash, False,
-                       meter if meter is not None and meter.metered(i) else None)
+                       meter if meter is not None and meter.metered(i) else None, trace)
             if weights is not None:
                 for s in step.const_reads:   # the window owns paged weights, not the run
                     env[s] = None
 
     def _step(self, step: Step, env: list[Any], workspace: WorkspaceView | None,
               prebound: tuple[Any, ...], skipped: bool, trash: int,
-              captured: bool = False, meter: Any = None) -> None:
+              captured: bool = False, meter: Any = None, trace: Any = None) -> None:
         """Run one step of the general and the captured loops over ``env`` (``meter``: its
-        outputs are reserved before it runs, sized from ``args``)."""
+        outputs are reserved before it runs, sized from ``args``; ``trace``: it is timed)."""
         args = [env[s] for s in step.in_slots]
         if skipped:             # a skipped copy: its output is its input
             env[step.out_slots[0]] = args[0]
@@ -162,11 +170,12 @@ class Executor:
             outs = list(prebound)
             ctx = (step.ctx if not step.has_subgraphs
                    else self._scoped_ctx(step, env, captured, meter))
+            call = step.call if trace is None else trace.timed(step)
             if meter is None:
-                step.call(ctx, args, outs, workspace)
+                call(ctx, args, outs, workspace)
             else:
                 charged = meter.before(step, args)
-                step.call(ctx, args, outs, workspace)
+                call(ctx, args, outs, workspace)
                 meter.after(step, outs, charged)
             for s, v in zip(step.out_slots, outs):
                 env[s if s >= 0 else trash] = v
@@ -176,16 +185,22 @@ class Executor:
     def _run_schedule(self, program: Program, env: list[Any],
                       wsl: Sequence[WorkspaceView | None], pb: Sequence[tuple[Any, ...]],
                       capture: Any, cancel: Callable[[], bool] | None, where: list[int],
-                      skip: frozenset[int], meter: Any = None) -> None:
+                      skip: frozenset[int], meter: Any = None, trace: Any = None) -> None:
         """The loop of a captured plan: step indices run eagerly, recorded segments replay,
-        segments not recorded yet are recorded (and run eagerly when recording fails)."""
+        segments not recorded yet are recorded (and run eagerly when recording fails);
+        ``trace`` times each segment as one event."""
         steps = program.steps
         trash = program.n_slots
 
-        def run_step(i: int) -> None:
+        def run_step(i: int, traced: bool = True) -> None:
             where[0] = i
             self._step(steps[i], env, wsl[i], pb[i], i in skip, trash, True,
-                       meter if meter is not None and meter.metered(i) else None)
+                       meter if meter is not None and meter.metered(i) else None,
+                       trace if traced else None)
+
+        def record_step(i: int) -> None:
+            # timing events recorded into a graph would time nothing: the segment is timed whole
+            run_step(i, False)
 
         for item in capture.schedule():
             if cancel is not None and cancel():
@@ -197,9 +212,12 @@ class Executor:
                 continue
             where[0] = item.steps[0]
             if type(item) is Record:
-                if capture.record(item, run_step, env):
+                if (capture.record(item, run_step, env) if trace is None else trace.segment(
+                        item.steps, lambda: capture.record(item, record_step, env), "record",
+                        capture.stream)):
                     continue
-            elif capture.replay(item, env):
+            elif (capture.replay(item, env) if trace is None else trace.segment(
+                    item.steps, lambda: capture.replay(item, env), "replay", capture.stream)):
                 continue
             for i in item.steps:     # not recorded, or an input moved: eagerly, this run
                 run_step(i)

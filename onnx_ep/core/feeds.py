@@ -22,9 +22,12 @@ _MISSING: Any = object()
 class FeedBinder:
     """Orders feeds like the model's inputs and validates them against the declared types."""
 
-    def __init__(self, inputs: Sequence[Value]) -> None:
+    def __init__(self, inputs: Sequence[Value],
+                 defaults: Mapping[str, np.ndarray] | None = None) -> None:
+        """:param defaults: the value of an input a run may omit (an overridable initializer)."""
         self.inputs = list(inputs)
         self.index = {v.name: i for i, v in enumerate(self.inputs)}
+        self.defaults = dict(defaults or {})
 
     def index_of(self, name: str) -> int:
         """Position of input ``name``; :raises FeedError: an unknown name, listing the known."""
@@ -49,6 +52,10 @@ class FeedBinder:
             arrays[self.index_of(name)] = value
         sig: list[Any] = []
         for i, (v, a) in enumerate(zip(self.inputs, arrays)):
+            if a is _MISSING and v.name in self.defaults:
+                a = arrays[i] = self.defaults[v.name]
+            elif isinstance(a, PYTHON_VALUES) and v.kind == "tensor":
+                a = arrays[i] = from_python(v, a)
             if isinstance(a, np.generic):       # numpy scalars are 0-d tensors
                 a = arrays[i] = np.asarray(a)
             elif isinstance(a, Tensor):
@@ -111,6 +118,26 @@ class FeedBinder:
                             f"input {prev[1]!r} bound {want!r} = {prev[0]}; inputs sharing a "
                             f"symbolic dim must agree", input_name=v.name, expected=expected,
                             got=f"{a.dtype}{list(a.shape)}")
+
+
+#: feeds that onnxruntime converts to the input's element type (numpy arrays it never casts)
+PYTHON_VALUES = (list, tuple, bool, int, float, str, bytes)
+
+
+def from_python(v: Value, value: Any) -> np.ndarray:
+    """A Python list or scalar fed to a tensor input, as an array of the input's element
+    type (onnxruntime converts ``[[1.0, 2.0]]`` for a float input to float32, not float64).
+
+    :raises FeedError: the value does not convert (ragged lists, text for a number).
+    """
+    dtype = np_dtype(v.elem_type) if v.elem_type else None
+    try:
+        return np.asarray(value, dtype=dtype)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise FeedError(f"input {v.name!r} expects {describe(v)}; the {type(value).__name__} "
+                        f"given does not convert to {dtype or 'an array'}: {exc}",
+                        input_name=v.name, expected=describe(v),
+                        got=type(value).__name__) from exc
 
 
 def shape_str(shape: Sequence[Any]) -> str:

@@ -77,6 +77,9 @@ class Graph:
     :ivar values: every value with known type info, by name.
     :ivar opsets: opset version per domain (``""`` for ai.onnx).
     :ivar outer_names: names a subgraph reads from its enclosing scope.
+    :ivar overridable: initializers the model also lists as graph inputs (IR >= 4), by
+        name: each is the last of ``inputs`` and this value is fed when a run omits it
+        (onnxruntime's overridable initializers), so nothing folds it as a constant.
     """
 
     name: str
@@ -87,6 +90,7 @@ class Graph:
     values: dict[str, Value]
     opsets: dict[str, int]
     outer_names: tuple[str, ...] = ()
+    overridable: dict[str, np.ndarray] = attrs.Factory(dict)
 
     @property
     def weight_bytes(self) -> int:
@@ -137,7 +141,13 @@ def build_graph(model: onnx.ModelProto, light: onnx.ModelProto | None = None) ->
     inferred = infer(light, check=True)
     _unique_initializers(model.graph.name, model.graph.initializer)
     weights = {t.name: t for t in model.graph.initializer}
-    return _convert_graph(inferred.graph, opsets, outer=frozenset(), top=True, weights=weights)
+    graph = _convert_graph(inferred.graph, opsets, outer=frozenset(), top=True, weights=weights)
+    if model.ir_version >= 4:       # before IR 4 every initializer had to be an input too
+        declared = {vi.name for vi in model.graph.input}
+        names = [n for n in graph.initializers if n in declared]
+        graph.overridable = {n: graph.initializers.pop(n) for n in names}
+        graph.inputs += [graph.values[n] for n in names]
+    return graph
 
 
 def _unique_initializers(graph: str, tensors: Sequence[onnx.TensorProto]) -> None:
@@ -534,6 +544,8 @@ def light_model_for_inference(model: onnx.ModelProto) -> onnx.ModelProto:
         getattr(g, name).extend(getattr(src, name))
     existing = {vi.name for vi in m.graph.input}
     for t in model.graph.initializer:
+        if t.name in existing and model.ir_version >= 4:
+            continue        # overridable (a feed may replace it): its type, never its value
         # small constants (Reshape/Expand shapes, Range bounds, Slice starts) are kept as
         # data so inference's data propagation can compute shapes from them
         if int(np.prod(t.dims)) <= 64 and t.data_type != onnx.TensorProto.STRING:

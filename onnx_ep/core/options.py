@@ -21,6 +21,8 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 CAPTURE_MODES = ("auto", "off", "require")
 #: what ``fusion=`` accepts (core/fusion.py)
 FUSION_MODES = ("auto", "off")
+#: what a profile's file name starts with unless ``profile_prefix=`` says (core/profiling.py)
+PROFILE_PREFIX = "onnx_ep_profile"
 
 
 def _providers(value: Any) -> tuple[str, ...] | None:
@@ -28,7 +30,19 @@ def _providers(value: Any) -> tuple[str, ...] | None:
         return None
     if isinstance(value, str):
         value = [value]
-    return tuple(str(v) for v in value)
+    # onnxruntime's ("CUDAExecutionProvider", {options}) form: the name is kept
+    return tuple(str(v[0]) if isinstance(v, (tuple, list)) else str(v) for v in value)
+
+
+def _dim_overrides(value: Any) -> tuple[tuple[str, int], ...]:
+    """``{"batch": 1}`` (or pairs) as sorted pairs, so the options stay hashable."""
+    pairs = sorted(dict(value or {}).items())
+    for name, size in pairs:
+        if (not isinstance(name, str) or not isinstance(size, int) or isinstance(size, bool)
+                or size < 0):
+            raise OptionsError(f"free_dimension_overrides maps a symbolic dim's name (or "
+                               f"denotation) to a size >= 0, got {name!r}: {size!r}")
+    return tuple(pairs)
 
 
 def _positive_or_none(inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -61,6 +75,12 @@ def _seconds(inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if (not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0
             or value != value):
         raise OptionsError(f"{attribute.name} must be a number of seconds >= 0, got {value!r}")
+
+
+def _file_prefix(inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, str) or not value:
+        raise OptionsError(f"{attribute.name} must be a non-empty file name prefix, got "
+                           f"{value!r}")
 
 
 def _positive_count(inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -107,6 +127,15 @@ class SessionOptions:
     :ivar strict_plugins: an installed plugin (entry point) that fails to load or register
         is disabled with an :class:`~onnx_ep.errors.OnnxEpWarning` naming it, and sessions
         that do not need it work; ``True`` makes that a :exc:`PluginError` instead.
+    :ivar profile: record a Chrome trace of the session's load and runs (one event per
+        node run, docs/PROFILING.md) until ``Session.end_profiling()``, which writes it and
+        returns its path (onnxruntime's ``enable_profiling``).
+    :ivar profile_prefix: the trace file is ``<profile_prefix>_<YYYY-MM-DD_HH-MM-SS>.json``;
+        a prefix with a directory writes there (onnxruntime's ``profile_file_prefix``).
+    :ivar free_dimension_overrides: ``{"batch": 1}``: fixes the symbolic dims of the model's
+        inputs and outputs whose name (``dim_param``) or denotation (``DATA_BATCH``) is a
+        key, when the model is loaded (onnxruntime's free dimension overrides); a dict or
+        pairs, kept as sorted pairs.
     """
 
     providers: tuple[str, ...] | None = attrs.field(default=None, converter=_providers)
@@ -123,6 +152,10 @@ class SessionOptions:
     plan_cache_size: int = attrs.field(default=16, validator=_positive_count)
     plan_cache_bytes: int | None = attrs.field(default=None, validator=_positive_or_none)
     admission_timeout: float = attrs.field(default=10.0, validator=_seconds)
+    profile: bool = attrs.field(default=False, validator=_flag)
+    profile_prefix: str = attrs.field(default=PROFILE_PREFIX, validator=_file_prefix)
+    free_dimension_overrides: tuple[tuple[str, int], ...] = attrs.field(
+        default=(), converter=_dim_overrides)
 
     @classmethod
     def from_toml(cls, path: str | os.PathLike[str]) -> SessionOptions:

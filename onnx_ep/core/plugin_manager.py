@@ -261,10 +261,15 @@ def plugins_for(plugins: Sequence[Any]) -> PluginSet:
     return build_plugins(plugins) if plugins else default_plugins()
 
 
+#: onnxruntime's names of the built-in providers, accepted wherever a provider is named
+#: (the ``(name, options)`` form too: the options are not read)
+PROVIDER_ALIASES = {"CPUExecutionProvider": "cpu_reference", "CUDAExecutionProvider": "cuda"}
+
+
 def resolve_providers(requested: Sequence[str] | None, plugins: PluginSet) -> list[str]:
     """Validate ``requested`` against the registry; ``None`` means the comma-separated list in
     the ``ONNX_EP_PROVIDERS`` environment variable when it is set, else all available, best
-    first.
+    first. onnxruntime's names (:data:`PROVIDER_ALIASES`) stand for the built-ins.
 
     :raises ProviderUnavailable: for an unknown or unavailable provider.
     :raises OptionsError: ``requested`` is a string (not a list of names) or empty.
@@ -292,6 +297,7 @@ def resolve_providers(requested: Sequence[str] | None, plugins: PluginSet) -> li
         if not isinstance(name, str):
             # onnxruntime also accepts (name, options) tuples
             name = name[0]
+        name = PROVIDER_ALIASES.get(name, name)
         prov = reg.providers.get(name)
         if prov is None:
             hint = ("install the CUDA extra (pip install 'onnx-ep[cuda]') on a machine with "

@@ -143,6 +143,14 @@ class DeviceRuntime(Protocol):
     #                                         graph.close(), graph.nodes; raises on failure
     #   abort_capture(stream)                 end a failed capture, keep nothing, never raise
     #   graph_bytes(steps) -> int             device bytes to charge per instantiated graph
+    #
+    # Optional, for device time in profiles (core/profiling.py, docs/PROFILING.md); without
+    # them a profile has host times only:
+    #   timing_event() -> event               a new event that can time: event.record(stream)
+    #                                         marks the stream's position (never while it
+    #                                         captures), event.close() frees it
+    #   elapsed_ms(start, end) -> float       device milliseconds between two recorded
+    #                                         events; waits for ``end`` to complete
 
 
 @attrs.frozen

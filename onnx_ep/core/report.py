@@ -1,4 +1,5 @@
-"""What ``Session.resources()`` reports: budget, ledger, plans, policy, capture, fusion."""
+"""What ``Session.resources()`` reports: budget, ledger, plans, policy, capture, fusion; and
+the capture report as text (``onnx-ep run --capture-report``)."""
 
 from __future__ import annotations
 
@@ -32,3 +33,28 @@ def session_resources(session: Any) -> dict[str, Any]:
             "plan_cache": s._plans.report(),
             "bodies": bodies.report() if bodies else [],
             "capture": s.capture_report(), "fusion": s._fusion.as_dict()}
+
+
+def capture_text(report: dict[str, Any]) -> str:
+    """``Session.capture_report()`` in a few lines per signature."""
+    if not report["plans"]:
+        return f"capture ({report['mode']}): no device plan (nothing to capture)"
+    lines = []
+    for p in report["plans"]:
+        lines.append(f"capture ({report['mode']}) {p['signature']}: {p['state']}, "
+                     f"{len(p['segments'])} segments, {p['captured_steps']} of {p['steps']} "
+                     f"steps captured, {len(p['seams'])} seams, {p['records']} records, "
+                     f"{p['replays']} replays")
+        for seg in p["segments"]:
+            lines.append(f"  segment {seg['first']} .. {seg['last']} ({seg['nodes']} steps"
+                         f"{', recorded' if seg.get('recorded') else ''})")
+        for seam in p["seams"]:
+            if seam["kind"] != "io":
+                lines.append(f"  seam {seam['step']} ({seam['kind']}): {seam['reason']}")
+        for f in p["failures"]:
+            lines.append(f"  recording failed at {f['node']} ({f['kernel']}): {f['error']}")
+        if p.get("declined") or p.get("given_up"):
+            lines.append(f"  {p.get('declined') or p.get('given_up')}")
+    for node, why in report["quarantined"].items():
+        lines.append(f"quarantined {node}: {why}")
+    return "\n".join(lines)

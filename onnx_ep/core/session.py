@@ -29,6 +29,7 @@ from onnx_ep.core.dynamic import isolate_sized
 from onnx_ep.core.executor import Executor
 from onnx_ep.core.feeds import FeedBinder
 from onnx_ep.core.folding import HostKernels
+from onnx_ep.core.free_dims import fix_free_dimensions
 from onnx_ep.core.fusion import fuse
 from onnx_ep.core.graph import Graph, Value, build_graph, light_model_for_inference, load_model
 from onnx_ep.core.kernel import TensorSpec, WorkspaceView
@@ -46,6 +47,7 @@ from onnx_ep.core.planner import (
     workspace_views,
 )
 from onnx_ep.core.plugin_manager import plugins_for, resolve_providers, selection, with_fallback
+from onnx_ep.core.profiling import Profiler
 from onnx_ep.core.report import session_resources
 from onnx_ep.core.run_sizing import RunMeter, run_sized_steps
 from onnx_ep.core.settling import fallback_reporter, plan_with_host_fallback
@@ -85,6 +87,9 @@ class Session:
                  options: SessionOptions | None = None,
                  plugins: Sequence[Any] = ()) -> None:
         self.options = options or SessionOptions()
+        self._profiler = Profiler.start(self.options)   # None unless options.profile
+        #: when profiling started, ``time.time_ns()`` (0: not profiled; docs/PROFILING.md)
+        self.profiling_start_time_ns = self._profiler.start_ns if self._profiler else 0
         if self.options.log_level is not None:
             log.setLevel(self.options.log_level.upper())
         self._plugins = plugins_for(plugins)
@@ -92,7 +97,10 @@ class Session:
         self._providers = with_fallback(resolve_providers(
             providers if providers is not None else self.options.providers, self._plugins),
             self._plugins, self.options.disable_fallback)
-        proto = load_model(model)
+        proto = fix_free_dimensions(load_model(model), self.options.free_dimension_overrides,
+                                    copy=isinstance(model, onnx.ModelProto))
+        if self._profiler is not None:
+            self._profiler.loaded(model)
         self._light = light_model_for_inference(proto)
         self._graph, self._fusion = fuse(build_graph(proto, self._light), self._plugins.registry,
                                          self._providers, self._plugins.fusion_rules(),
@@ -115,7 +123,7 @@ class Session:
         # other thread evicts (frees) the plan meanwhile
         self._run_lock = threading.RLock()
         self._input_values: list[Value] = list(self._graph.inputs)
-        self._feeds = FeedBinder(self._input_values)
+        self._feeds = FeedBinder(self._input_values, self._graph.overridable)
         self._output_index = {v.name: i for i, v in enumerate(self._graph.outputs)}
         #: ``run_sized_steps``: steps whose outputs a run sized and reserved before they ran;
         #: ``unsized_steps``: steps charged only after they ran (docs/MEMORY.md)
@@ -135,6 +143,8 @@ class Session:
                  self._program.placement.count_by_provider(), self._authority.budget,
                  self._authority.device, self.memory_policy.name,
                  "on" if self.memory_policy.streams else "off", adm.strategy_name(self._admission))
+        if self._profiler is not None:
+            self._profiler.initialized()
         self._notify("onnx_ep_session_created", session=self)
 
     def _build_program(self, host_only: frozenset[str] = frozenset(),
@@ -276,10 +286,16 @@ class Session:
         """
         return self._capture.report(self._plans.values(), self._authority.device)
 
+    def end_profiling(self) -> str:
+        """Stop profiling and write the trace (docs/PROFILING.md); its path, or "" when the
+        session is not profiling (``SessionOptions.profile`` off, or ended already)."""
+        profiler, self._profiler = self._profiler, None
+        return profiler.end() if profiler is not None else ""
+
     # ---------------------------------------------------------------- metadata
     def get_inputs(self) -> list[NodeArg]:
-        """The model's inputs (initializers excluded), onnxruntime-style."""
-        return [_node_arg(v) for v in self._input_values]
+        """The model's inputs (initializers excluded, overridable ones too), onnxruntime-style."""
+        return [_node_arg(v) for v in self._input_values if v.name not in self._feeds.defaults]
 
     def get_outputs(self) -> list[NodeArg]:
         return [_node_arg(v) for v in self._graph.outputs]
@@ -301,7 +317,8 @@ class Session:
     # ---------------------------------------------------------------- run
     def run(self, output_names: Sequence[str] | None, feeds: Mapping[str, Any],
             run_options: RunOptions | None = None) -> list[Any]:
-        """Run the model and return the requested outputs (all when ``output_names`` is None).
+        """Run the model and return the requested outputs (all when ``output_names`` is None
+        or empty, as onnxruntime does).
 
         Feeds are numpy arrays or :class:`onnx_ep.Tensor` (a Tensor on the session's
         device is copied device-to-device into the plan's buffer); outputs are numpy
@@ -392,7 +409,7 @@ class Session:
                     outs = self._executor.run(plan.program, arrays, workspaces=workspaces,
                                               cancel=cancel, weights=self._weights,
                                               prebound=plan.prebound, skip=skip, capture=cap,
-                                              meter=meter)
+                                              meter=meter, profile=self._profiler)
                 finally:
                     if cap is not None:
                         self._capture.after_run(signature, cap)
@@ -412,6 +429,8 @@ class Session:
             # the warm-up run has taken each kernel's route: ask who may be captured now
             plan.capture = self._capture.new_plan(plan, self._device,
                                                   streaming=self._weights is not None)
+        if self._profiler is not None:
+            self._profiler.model_run(t0)
         self._notify("onnx_ep_run_finished", session=self,
                      stats={"seconds": time.perf_counter() - t0, "planned": planned,
                             "signature": signature})
@@ -520,7 +539,7 @@ class Session:
                                lambda n: step_buf)
 
     def _output_positions(self, output_names: Sequence[str] | None) -> list[int]:
-        if output_names is None:
+        if not output_names:
             return list(range(len(self._graph.outputs)))
         if isinstance(output_names, str):
             output_names = [output_names]

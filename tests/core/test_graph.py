@@ -29,11 +29,15 @@ def test_inferred_types_and_symbolic_dims():
     assert g.weight_bytes == (8 * 16 + 16 + 16 * 4 + 4) * 4
 
 
-def test_initializers_are_not_inputs():
+def test_initializers_are_not_inputs_unless_listed_as_overridable_ones():
+    g = build_graph(mlp_model())
+    assert [v.name for v in g.inputs] == ["x"] and g.overridable == {}
     model = mlp_model()
     model.graph.input.append(helper.make_tensor_value_info("w1", TensorProto.FLOAT, [8, 16]))
     g = build_graph(model)
-    assert [v.name for v in g.inputs] == ["x"]
+    # listed as an input too (IR >= 4): a default a feed may replace, last among the inputs
+    assert [v.name for v in g.inputs] == ["x", "w1"]
+    assert list(g.overridable) == ["w1"] and "w1" not in g.initializers
 
 
 def test_subgraph_outer_scope_values_become_implicit_inputs():
@@ -175,8 +179,9 @@ def test_onnx_checker_refuses_a_malformed_standard_node():
 
 
 def test_onnx_checker_lets_through_what_onnxruntime_runs():
-    import onnx_ep
     from onnx import helper
+
+    import onnx_ep
 
     # onnxruntime's contrib op in the default domain: the registry decides, not the checker
     m = _one([helper.make_node("SimplifiedLayerNormalization", ["x", "x"], ["y"])])

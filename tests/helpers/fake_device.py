@@ -13,13 +13,21 @@ and invalidates the capture.
 from __future__ import annotations
 
 import itertools
+import time
 from typing import Any
 
 import numpy as np
 
 import onnx_ep
-from onnx_ep import CaptureSupport, OpKey, Parity, Provider, Support, TensorSpec
-from onnx_ep import WorkspaceRequirement
+from onnx_ep import (
+    CaptureSupport,
+    OpKey,
+    Parity,
+    Provider,
+    Support,
+    TensorSpec,
+    WorkspaceRequirement,
+)
 
 DEVICE = "fake"
 _ids = itertools.count(1)
@@ -112,6 +120,31 @@ class FakeGraph:
         self.closed = True
 
 
+class FakeEvent:
+    """A timing event: stamped (``perf_counter_ns``) when the stream reaches it, as a CUDA
+    event is; the fake stream runs its work at once, so the stamp is the host's clock."""
+
+    def __init__(self, runtime: FakeRuntime) -> None:
+        self.runtime = runtime
+        self.ns: int | None = None
+        self.closed = False
+        runtime.events_live += 1
+
+    def record(self, stream: FakeStream) -> None:
+        assert not self.closed, "record of a closed event"
+        assert stream.recording is None, "an event recorded while the stream captures"
+
+        def stamp() -> None:
+            self.ns = time.perf_counter_ns()
+
+        stream.enqueue(stamp)
+
+    def close(self) -> None:
+        assert not self.closed, "event closed twice"
+        self.closed = True
+        self.runtime.events_live -= 1
+
+
 class FakeRuntime:
     device = "fake:0"
     granularity = 256
@@ -128,6 +161,8 @@ class FakeRuntime:
         self.regions: list[FakeRegion] = []
         self.graphs: list[FakeGraph] = []
         self.capturing: FakeStream | None = None
+        #: timing events made and not closed yet (the profiler closes every one)
+        self.events_live = 0
 
     def budget(self) -> int:
         return self._budget
@@ -166,6 +201,14 @@ class FakeRuntime:
 
     def graph_bytes(self, nodes: int) -> int:
         return 1024 + 64 * nodes
+
+    # -- profiling (the optional DeviceRuntime methods) --
+    def timing_event(self) -> FakeEvent:
+        return FakeEvent(self)
+
+    def elapsed_ms(self, start: FakeEvent, end: FakeEvent) -> float:
+        assert start.ns is not None and end.ns is not None, "elapsed of an unrecorded event"
+        return (end.ns - start.ns) / 1e6
 
     def malloc(self, nbytes: int) -> np.ndarray:
         """A driver allocation behind the authority's back (what a lying kernel does)."""

@@ -17,7 +17,7 @@ from onnx_ep.core.kernel import TensorSpec
 from onnx_ep.core.memory import Reservation
 from onnx_ep.providers.cuda import copies, graphs
 from onnx_ep.providers.cuda.allocator import BLOCK_GRANULARITY, CudaAllocator, DeviceAllocation
-from onnx_ep.providers.cuda.device import Device, Stream, get_device
+from onnx_ep.providers.cuda.device import Device, Event, Stream, get_device
 from onnx_ep.providers.cuda.tensor import DeviceTensor
 
 if TYPE_CHECKING:
@@ -168,6 +168,18 @@ class CudaRuntime:
         keeps each node's launch parameters in device memory it allocates itself, so the
         core charges this estimate to the ledger first (docs/CAPTURE.md)."""
         return GRAPH_BASE_BYTES + GRAPH_NODE_BYTES * nodes
+
+    # ------------------------------------------------------------ profiling (core/profiling.py)
+    def timing_event(self) -> Event:
+        """A new event that can time: ``record(stream)``, ``close()`` (``cuEventCreate``
+        without CU_EVENT_DISABLE_TIMING)."""
+        return self.cuda_device.new_event(timing=True)
+
+    def elapsed_ms(self, start: Event, end: Event) -> float:
+        """Device milliseconds from ``start`` to ``end``, both recorded; waits for ``end``
+        (``cuEventElapsedTime`` answers CUDA_ERROR_NOT_READY until it completed)."""
+        end.synchronize()
+        return start.elapsed_ms(end)
 
     def reclaim(self) -> int:
         """Free the allocator's pooled blocks; bytes returned. Call on a refusal, then retry."""
