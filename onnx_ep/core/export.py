@@ -47,7 +47,7 @@ from onnx_ep.core.graph import (
     load_model,
 )
 from onnx_ep.core.kernel import ExecutionContext, TensorSpec
-from onnx_ep.core.placement import HOST, node_meta
+from onnx_ep.core.placement import HOST, node_meta, value_spec
 from onnx_ep.core.plugin_manager import plugins_for, resolve_providers
 from onnx_ep.errors import OnnxEpError, OptionsError
 
@@ -278,7 +278,7 @@ def _fold_node(node: Node, graph: Graph, known: dict[str, np.ndarray],
         return None                            # already the plainest form of that output
     if node.op_type in ("Shape", "Size"):
         src = node.inputs[0] if node.inputs else ""
-        spec = _spec(src, graph, specs)
+        spec = value_spec(src, graph, specs)
         if not src or src in overridable or spec is None or not spec.is_static:
             return None
         outputs: list[Any] = [shape_value(node.op_type, node.attrs, spec.shape)]
@@ -306,7 +306,7 @@ def _run_kernel(node: Node, graph: Graph, known: Mapping[str, np.ndarray],
             return None
         inputs.append(known[name] if name else None)
     for name in node.outputs:
-        spec = _spec(name, graph, specs)
+        spec = value_spec(name, graph, specs)
         if spec is not None and spec.is_static and spec.nbytes > EXPORT_FOLD_MAX_BYTES:
             return None                        # do not compute what would not be kept
     for name, v in zip(node.inputs, inputs):
@@ -341,17 +341,6 @@ def _foldable_value(v: Any, graph: Graph, name: str) -> bool:
         return False
     declared = graph.values.get(name)
     return declared is None or not declared.elem_type or declared.elem_type == elem
-
-
-def _spec(name: str, graph: Graph, specs: Mapping[str, TensorSpec | None]
-          ) -> TensorSpec | None:
-    if name in specs:
-        return specs[name]
-    if name in graph.initializers:
-        a = graph.initializers[name]
-        return TensorSpec(a.dtype, a.shape)
-    v = graph.values.get(name)
-    return v.spec if v is not None else None
 
 
 def _overridable(proto: onnx.ModelProto) -> set[str]:

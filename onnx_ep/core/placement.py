@@ -97,6 +97,19 @@ class Placement:
         return counts
 
 
+def value_spec(name: str, graph: Graph,
+               specs: Mapping[str, TensorSpec | None] | None = None) -> TensorSpec | None:
+    """The spec of value ``name``: from ``specs`` (a plan's), else the initializer's, else
+    the graph's inferred type."""
+    if specs is not None and name in specs:
+        return specs[name]
+    if name in graph.initializers:
+        arr = graph.initializers[name]
+        return TensorSpec(arr.dtype, arr.shape)
+    v = graph.values.get(name)
+    return v.spec if v is not None else None
+
+
 def node_meta(node: Node, graph: Graph,
               specs: Mapping[str, TensorSpec | None] | None = None,
               known: Mapping[int, Any] | None = None,
@@ -110,15 +123,7 @@ def node_meta(node: Node, graph: Graph,
         (:attr:`NodeMeta.outer_constants`).
     """
     def spec(name: str) -> TensorSpec | None:
-        if not name:
-            return None
-        if specs is not None and name in specs:
-            return specs[name]
-        if name in graph.initializers:
-            arr = graph.initializers[name]
-            return TensorSpec(arr.dtype, arr.shape)
-        v = graph.values.get(name)
-        return v.spec if v is not None else None
+        return value_spec(name, graph, specs) if name else None
 
     inits = graph.initializers
     constants = {i: inits[n] for i, n in enumerate(node.inputs) if n and n in inits}
