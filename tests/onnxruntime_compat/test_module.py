@@ -174,3 +174,25 @@ def test_install_aliases_onnxruntime_only_when_no_other_is_imported(monkeypatch)
 
     assert onnxruntime is compat and _pybind_state is C and Fail is C.Fail
     assert compat.install() is True
+
+
+def test_a_raising_logger_callback_is_contained_under_the_default_unraisablehook(ort, monkeypatch,
+                                                                                 capfd):
+    """CPython's own ``sys.unraisablehook`` accepts only its ``UnraisableHookArgs``: with
+    it in place (no test runner's hook), a raising callback is printed, and sessions load
+    and run as before."""
+    logger = logging.getLogger("onnx_ep")
+    before = logger.level
+    monkeypatch.setattr(sys, "unraisablehook", sys.__unraisablehook__)
+
+    def broken_callback(*_):
+        raise ZeroDivisionError("callback broke")
+    try:
+        ort.set_default_logger_callback(broken_callback, severity=0)
+        sess = ort.InferenceSession(M.mul_1().SerializeToString())
+        np.testing.assert_array_equal(sess.run(None, {"X": M.W})[0], M.W * M.W)
+    finally:
+        ort.set_default_logger_callback(None)
+        logger.setLevel(before)
+    err = capfd.readouterr().err
+    assert "logging callback" in err and "ZeroDivisionError: callback broke" in err

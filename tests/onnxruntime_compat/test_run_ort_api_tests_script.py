@@ -39,3 +39,19 @@ def test_the_script_runs_a_checkouts_test_file(tmp_path):
     assert json.loads(out.read_text()) == {"test_is_the_compatibility_module": "passed",
                                            "test_fails": "failed"}
     assert "1 passed, 1 failed, 0 skipped of 2" in proc.stdout
+
+
+def test_the_script_takes_the_test_files_folder_and_checks_what_it_imported(tmp_path):
+    """A folder holding the file (substitute test data beside it) is accepted too, and the
+    run says which onnxruntime its ``import onnxruntime`` got."""
+    (tmp_path / "onnxruntime_test_python.py").write_text(textwrap.dedent(FAKE_TESTS))
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "run_ort_api_tests.py"),
+                           str(tmp_path), "-k", "compatibility"], capture_output=True, text=True,
+                          cwd=REPO, env={"PYTHONPATH": str(REPO), "PATH": ""})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "onnx_ep" in proc.stdout.splitlines()[0]
+    assert "1 passed, 0 failed, 0 skipped of 1" in proc.stdout
+    missing = subprocess.run([sys.executable, str(REPO / "scripts" / "run_ort_api_tests.py"),
+                              str(tmp_path / "nothing")], capture_output=True, text=True,
+                             cwd=REPO, env={"PYTHONPATH": str(REPO), "PATH": ""})
+    assert missing.returncode == 2 and "no onnxruntime_test_python.py" in missing.stderr

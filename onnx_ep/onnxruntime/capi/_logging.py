@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -61,22 +62,41 @@ class _CallbackHandler(logging.Handler):
                           f"{record.pathname}:{record.lineno} {record.funcName}",
                           record.getMessage())
         except Exception:       # a raising callback must not fail the call that logged
-            sys.unraisablehook(_Unraisable(*sys.exc_info(), self.callback))  # type: ignore
+            _report(sys.exc_info(), self.callback)
+
+
+def _report(exc_info: Any, callback: Any) -> None:
+    """Report a callback's exception as an unraisable one, and never raise: through
+    ``sys.unraisablehook`` where it has been replaced, else (CPython's default hook takes
+    only its own ``UnraisableHookArgs``) printed to stderr as that hook prints it."""
+    try:
+        if sys.unraisablehook is not sys.__unraisablehook__:
+            sys.unraisablehook(_Unraisable(*exc_info, callback))  # type: ignore[arg-type]
+            return
+    except Exception:
+        pass
+    try:
+        print(f"{_Unraisable.err_msg}: {callback!r}", file=sys.stderr)
+        traceback.print_exception(*exc_info, file=sys.stderr)
+    except Exception:
+        pass
 
 
 class _Unraisable:
+    err_msg = "Exception ignored in the onnxruntime logging callback"
+
     def __init__(self, exc_type: Any, exc_value: Any, exc_traceback: Any, obj: Any) -> None:
         self.exc_type = exc_type
         self.exc_value = exc_value
         self.exc_traceback = exc_traceback
-        self.err_msg = "Exception in the onnxruntime logging callback"
         self.object = obj
 
 
 def set_default_logger_callback(callback: Callable[..., Any] | None, severity: int = 2) -> None:
     """Send ``onnx_ep`` log records at ``severity`` and above to ``callback(severity,
     category, logid, code_location, message)``; ``None`` removes the callback (the
-    level stays). A callback that raises is reported through ``sys.unraisablehook``.
+    level stays). A callback that raises is reported as an unraisable exception
+    (``sys.unraisablehook`` where replaced, else stderr) and the logging call goes on.
 
     :raises InvalidArgument: (a RuntimeError) a severity outside 0..4 or a callback that is
         not callable.
