@@ -174,6 +174,8 @@ def test_install_aliases_onnxruntime_only_when_no_other_is_imported(monkeypatch)
 
     assert onnxruntime is compat and _pybind_state is C and Fail is C.Fail
     assert compat.install() is True
+    for name in names:          # the aliases go; monkeypatch then restores what was there
+        sys.modules.pop(name, None)
 
 
 def test_a_raising_logger_callback_is_contained_under_the_default_unraisablehook(ort, monkeypatch,
