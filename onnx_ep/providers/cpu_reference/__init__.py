@@ -30,6 +30,7 @@ def family_modules() -> tuple[ModuleType, ...]:
         activation,
         attention,
         cast,
+        contrib_attention,
         control_flow,
         conv,
         detection,
@@ -49,6 +50,7 @@ def family_modules() -> tuple[ModuleType, ...]:
         normalization,
         optional,
         pool,
+        quant_contrib,
         quantize,
         random_ops,
         reduce,
@@ -69,7 +71,7 @@ def family_modules() -> tuple[ModuleType, ...]:
         flex_attention, fused, gemm, image, indexing, linalg, loss, ml, movement, normalization,
         optional, pool, quantize, random_ops, reduce, resize, rnn, selection, sequence, shape,
         softmax, spectral, text, tfidf, training,
-        fused_gemm, gated,
+        fused_gemm, gated, contrib_attention, quant_contrib,
     )
 
 
