@@ -241,3 +241,10 @@ def test_execute_copies_for_known_empty_axes_with_noop(monkeypatch):
     k.execute_with_workspace(ExecutionContext(meta), [_Fake((2, 3, 4)), _Fake((0,), np.int64)],
                              [_Fake((2, 3, 4))], None)
     assert copied == [96]
+
+
+def test_an_input_of_unknown_type_is_declined_not_an_error():
+    # a value after an op onnx cannot infer (a contrib op's output) reaches supports() untyped
+    for op in ("ReduceMean", "ArgMax"):
+        meta = _meta(op, [None], opset=13)
+        assert not K[op].supports(meta)

@@ -153,6 +153,8 @@ class Reduce(CudaKernel):
 
     def supports(self, meta: NodeMeta) -> Support:
         x = meta.inputs[0]
+        if x is None:
+            return Support.no("the input's type is unknown here (asked again at plan time)")
         s = dtype_support(x.dtype, self.dtypes)
         if not s:
             return s
@@ -247,6 +249,8 @@ class ArgExtreme(CudaKernel):
 
     def supports(self, meta: NodeMeta) -> Support:
         x = meta.inputs[0]
+        if x is None:
+            return Support.no("the input's type is unknown here (asked again at plan time)")
         s = dtype_support(x.dtype, FLOATS | INTS)
         if not s:
             return s
