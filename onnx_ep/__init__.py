@@ -44,7 +44,7 @@ _EXPORTS: dict[str, str] = {
     "hookimpl": "onnx_ep.core.hookspecs",
 }
 
-__all__ = sorted([*_EXPORTS, "available_providers", "errors", "__version__"])
+__all__ = sorted([*_EXPORTS, "available_providers", "errors", "genai", "__version__"])
 
 
 def available_providers() -> list[str]:
@@ -55,8 +55,8 @@ def available_providers() -> list[str]:
 
 
 def __getattr__(name: str) -> Any:
-    if name == "errors":
-        return import_module("onnx_ep.errors")
+    if name in ("errors", "genai"):      # submodules: onnx_ep.genai is docs/GENAI.md
+        return import_module(f"onnx_ep.{name}")
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'onnx_ep' has no attribute {name!r}")
@@ -70,7 +70,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
-    from onnx_ep import errors
+    from onnx_ep import errors, genai
     from onnx_ep.core.admission import AdmissionDecision, AdmissionRequest, AdmissionStrategy
     from onnx_ep.core.hookspecs import hookimpl
     from onnx_ep.core.kernel import (

@@ -1,4 +1,5 @@
-"""The ``onnx-ep`` command: run a model, compare providers, list providers, run the demo.
+"""The ``onnx-ep`` command: run a model, compare providers, list providers, run the demo,
+generate tokens (``generate``: onnx_ep/genai/cli.py).
 
 Errors raised by onnx-ep (:mod:`onnx_ep.errors`) print one ``error: ...`` line
 on stderr and exit with status 2, like a usage error (with ``--json``, a JSON document
@@ -546,6 +547,9 @@ def build_parser() -> argparse.ArgumentParser:
                            "that many positions, so its weights differ")
     common(demo, repeat=10)
     demo.set_defaults(func=cmd_demo)
+    from onnx_ep.genai.cli import add_parser as add_generate
+
+    add_generate(sub, _positive)
     return parser
 
 

@@ -1,0 +1,243 @@
+"""``GeneratorParams`` and ``Generator``: onnxruntime-genai's generation loop on a Session.
+
+The loop has onnxruntime-genai's shape and rules (docs/GENAI.md)::
+
+    params = GeneratorParams(model); params.set_search_options(max_length=64)
+    gen = Generator(model, params)           # the KV cache is reserved here
+    gen.append_tokens(prompt_ids)            # prefill: runs the model on the prompt
+    while not gen.is_done():
+        gen.generate_next_token()            # runs the model on the last token, picks one
+        print(gen.get_next_tokens())
+
+- **Padding.** A batch is a 2-D array padded with ``pad_token_id`` (left or right), or a
+  list of ragged prompts (left-padded here). ``attention_mask`` is 0 on pads and 1 on
+  tokens; ``position_ids`` count each row's tokens (pads get 0), and decode steps go on
+  from each row's count, so a row's tokens see what they would see alone.
+- **Logits.** After a prompt, each row's next token comes from its last real token.
+- **Stop.** A row is done at one of ``eos_token_id``; afterwards it gets ``pad_token_id``.
+  Everything stops at ``max_length`` (prompt included).
+- **Feeds.** ``seqlens_k`` (int32 ``[batch]``, each row's tokens - 1) and
+  ``total_sequence_length`` (int32 scalar) are computed per step when the graph has them
+  as inputs. With a shared KV buffer the decode steps' ``attention_mask`` is
+  ``[batch, max_length]`` (zeros after the current length), as onnxruntime-genai lays it
+  out for graph capture, so every decode step has the same shape signature.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from onnx_ep.errors import FeedError, ModelError
+from onnx_ep.genai import search as srch
+from onnx_ep.genai.config import SearchOptions
+from onnx_ep.genai.kv_cache import GrowingKV, KVCache, SharedKV
+from onnx_ep.genai.stats import GenerationStats
+
+
+class GeneratorParams:
+    """Search options for one :class:`Generator`, starting from the config's ``search``."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.search: SearchOptions = model.config.search
+
+    def set_search_options(self, **options: Any) -> None:
+        """``max_length``, ``min_length``, ``do_sample``, ``temperature``, ``top_k``,
+        ``top_p``, ``random_seed``, ``batch_size``, ``past_present_share_buffer``,
+        ``num_beams`` (1 only). :raises ModelError: a value onnx-ep cannot search with."""
+        if "seed" in options:
+            options["random_seed"] = options.pop("seed")
+        self.search = self.search.evolve(**options)
+
+
+def as_batch(tokens: Any, pad: int) -> tuple[np.ndarray, np.ndarray]:
+    """Token ids as ``[batch, length]`` int64 and their mask (1: a token, 0: padding).
+
+    A 1-D sequence is one row; a 2-D array keeps its padding (mask 0 where the id is
+    ``pad``, onnxruntime-genai's rule); a list of ragged lists is left-padded.
+    """
+    if isinstance(tokens, np.ndarray) or (tokens and not isinstance(tokens[0], (list, tuple,
+                                                                               np.ndarray))):
+        arr = np.asarray(tokens, dtype=np.int64)
+        if arr.ndim == 1:
+            arr = arr[None, :]
+        if arr.ndim != 2 or arr.shape[1] == 0:
+            raise FeedError(f"tokens must be 1-D or 2-D [batch, length] ids, got shape "
+                            f"{list(arr.shape)}")
+        return arr, (arr != pad).astype(np.int64)
+    rows = [np.asarray(r, dtype=np.int64).reshape(-1) for r in tokens]
+    width = max((r.size for r in rows), default=0)
+    if width == 0:
+        raise FeedError("no tokens to append")
+    arr = np.full((len(rows), width), pad, np.int64)
+    mask = np.zeros((len(rows), width), np.int64)
+    for b, r in enumerate(rows):
+        arr[b, width - r.size:] = r
+        mask[b, width - r.size:] = 1
+    return arr, mask
+
+
+class Generator:
+    """One generation: its sequences, its KV cache and its per-step statistics.
+
+    :raises CapacityUnavailable: the KV cache for ``batch_size`` x ``max_length`` can never
+        fit the session's budget (raised here, before any step).
+    """
+
+    def __init__(self, model: Any, params: GeneratorParams) -> None:
+        self.model = model
+        cfg = model.config
+        s = params.search
+        self.search = s
+        self.max_length = s.max_length or cfg.context_length
+        if not self.max_length:
+            raise ModelError("max_length is 0 and genai_config.json has no context_length: "
+                             "set_search_options(max_length=...)")
+        if cfg.context_length and self.max_length > cfg.context_length:
+            raise ModelError(f"max_length {self.max_length} exceeds the model's "
+                             f"context_length {cfg.context_length}")
+        self.batch = s.batch_size
+        self.pad = cfg.pad_token_id
+        self.eos = np.array(cfg.eos_token_ids or (-1,), np.int64)
+        self.rng = np.random.default_rng(None if s.random_seed < 0 else s.random_seed)
+        kind = SharedKV if s.past_present_share_buffer else GrowingKV
+        self.kv: KVCache = kind(model, self.batch, self.max_length)
+        self.stats = GenerationStats(model.session)
+        self.sequences = np.full((self.batch, self.max_length), self.pad, np.int64)
+        self.mask = np.zeros((self.batch, self.max_length), np.int64)
+        self.length = 0                                   #: padded length (columns used)
+        self.fed = 0                                      #: columns the model has seen
+        self.counts = np.zeros(self.batch, np.int64)      #: each row's real tokens
+        self.done = np.zeros(self.batch, bool)
+        self.logits: np.ndarray | None = None             #: [batch, vocab], not yet used
+        self._next = np.zeros(self.batch, np.int64)
+
+    # ------------------------------------------------------------ onnxruntime-genai's API
+    def append_tokens(self, tokens: Any) -> None:
+        """Add prompt tokens and run the model on them (prefill). Batch 1 may append again
+        later (continuous decoding); a batch appends once, before generating.
+
+        :raises FeedError: wrong batch, or more tokens than ``max_length``.
+        """
+        arr, mask = as_batch(tokens, self.pad)
+        if arr.shape[0] != self.batch:
+            raise FeedError(f"append_tokens got {arr.shape[0]} rows but the generator's "
+                            f"batch_size is {self.batch} (set_search_options(batch_size=))")
+        if self.length and self.batch > 1:
+            raise FeedError("a batch appends its prompts once, before generating; only "
+                            "batch 1 appends again (continuous decoding)")
+        if self.length + arr.shape[1] > self.max_length:
+            raise FeedError(f"{self.length} tokens so far + {arr.shape[1]} appended exceed "
+                            f"max_length {self.max_length}")
+        end = self.length + arr.shape[1]
+        self.sequences[:, self.length:end] = arr
+        self.mask[:, self.length:end] = mask
+        self.length = end
+        self.done[:] = False
+        self._run()
+
+    def generate_next_token(self) -> None:
+        """Run the model on the last generated token (when it has not seen it) and choose
+        the next token of every row.
+
+        :raises FeedError: no prompt appended yet, or the generator is done.
+        """
+        if self.length == 0:
+            raise FeedError("append_tokens(prompt) before generate_next_token()")
+        if self.is_done():
+            raise FeedError("the generator is done (EOS in every row, or max_length)")
+        if self.logits is None:
+            self._run()
+        logits = self.logits
+        assert logits is not None
+        s = self.search
+        if self.length < s.min_length:
+            logits = logits.copy()
+            logits[:, self.eos[self.eos >= 0]] = -np.inf
+        if s.do_sample:
+            nxt = srch.sample(logits, self.rng, temperature=s.temperature, top_k=s.top_k,
+                              top_p=s.top_p)
+        else:
+            nxt = srch.greedy(logits)
+        nxt = np.where(self.done, self.pad, nxt)
+        self.sequences[:, self.length] = nxt
+        self.mask[:, self.length] = 1
+        self.length += 1
+        self.done |= np.isin(nxt, self.eos)
+        self._next = nxt
+        self.logits = None
+
+    def get_next_tokens(self) -> np.ndarray:
+        """The token each row got from the last :meth:`generate_next_token` (``[batch]``)."""
+        return self._next.copy()
+
+    def get_sequence(self, index: int) -> np.ndarray:
+        """Row ``index``: prompt (with its padding) and generated tokens so far."""
+        return self.sequences[index, :self.length].copy()
+
+    def get_logits(self) -> np.ndarray | None:
+        """The logits the next token will be chosen from (``[batch, vocab]``), if computed."""
+        return None if self.logits is None else self.logits.copy()
+
+    def is_done(self) -> bool:
+        return bool(self.done.all()) or self.length >= self.max_length
+
+    def close(self) -> None:
+        """Release the KV cache's bytes (also done when the generator is collected)."""
+        self.kv.close()
+
+    # ------------------------------------------------------------ one model run
+    def feeds(self, start: int, end: int) -> dict[str, np.ndarray]:
+        """The non-KV inputs of a run over columns ``start:end`` (what the model reads)."""
+        m, dec = self.model, self.model.config.decoder
+        ids = self.sequences[:, start:end]
+        chunk = self.mask[:, start:end]
+        out = {dec.input_ids: ids.astype(m.input_dtype(dec.input_ids))}
+        if m.has_input(dec.attention_mask):
+            decode = self.kv.shared and start > 0 and end - start == 1
+            mask = self.mask if decode else self.mask[:, :end]
+            out[dec.attention_mask] = mask.astype(m.input_dtype(dec.attention_mask))
+        if m.has_input(dec.position_ids):
+            pos = np.where(chunk == 1, self.counts[:, None] + np.cumsum(chunk, axis=1) - 1, 0)
+            out[dec.position_ids] = pos.astype(m.input_dtype(dec.position_ids))
+        if m.has_input(dec.seqlens_k):
+            seqlens = self.mask[:, :end].sum(axis=1) - 1
+            out[dec.seqlens_k] = seqlens.astype(m.input_dtype(dec.seqlens_k))
+        if m.has_input(dec.total_sequence_length):
+            out[dec.total_sequence_length] = np.array(
+                end, m.input_dtype(dec.total_sequence_length))
+        return out
+
+    def _run(self) -> None:
+        start, end = self.fed, self.length
+        session, dec = self.model.session, self.model.config.decoder
+        binding = session.io_binding()
+        bound: dict[str, Any] = self.feeds(start, end)
+        for name, value in bound.items():
+            binding.bind_input(name, value)
+        binding.bind_output(dec.logits, "cpu")
+        bound.update(self.kv.bind(binding))
+        with self.stats.step("prefill" if start == 0 or end - start > 1 else "decode",
+                             tokens=int(self.mask[:, start:end].sum()),
+                             signature=_signature(bound)):
+            session.run_with_iobinding(binding)
+        outs = dict(zip([n for n, _ in binding.output_requests()], binding.get_outputs()))
+        self.kv.update(outs)
+        logits = outs[dec.logits].numpy()
+        chunk = self.mask[:, start:end]
+        if logits.ndim == 3 and logits.shape[1] == end - start:
+            # each row's last real token in the chunk (right padding ends in pads)
+            last = (end - start - 1) - np.argmax(chunk[:, ::-1], axis=1)
+            logits = logits[np.arange(self.batch), last]
+        elif logits.ndim == 3:
+            logits = logits[:, -1]
+        self.logits = np.asarray(logits, np.float32)
+        self.counts += chunk.sum(axis=1)
+        self.fed = end
+
+
+def _signature(bound: dict[str, Any]) -> str:
+    """Input names, dtypes and shapes of a run, as one string."""
+    return ", ".join(f"{n}:{np.dtype(v.dtype)}{list(v.shape)}" for n, v in bound.items())

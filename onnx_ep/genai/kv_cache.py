@@ -1,0 +1,164 @@
+"""The KV cache of one generator: its bytes reserved once, under role ``kv_cache``.
+
+Capacity is ``layers x 2 x batch x kv_heads x max_length x head_size`` elements of the
+model's past dtype, reserved in the session's memory authority (its device and
+``memory_limit``) when the generator is made, before any step runs: a batch and
+``max_length`` that can never fit raise :exc:`~onnx_ep.errors.CapacityUnavailable` then
+(HTTP 429), one that does not fit now :exc:`~onnx_ep.errors.TierExhausted`. The bytes are
+released when the generator is closed or collected (docs/GENAI.md, docs/MEMORY.md).
+
+Two layouts, as ``past_present_share_buffer`` in genai_config.json says:
+
+- :class:`SharedKV`: one buffer ``[batch, kv_heads, max_length, head_size]`` per layer and
+  key/value, allocated once inside the reservation (on the session's device when it runs on
+  one, else on the host), zeroed, and bound through an :class:`~onnx_ep.IOBinding` as both
+  the past input and the present output of every step: the model writes the new tokens'
+  keys and values into it (GroupQueryAttention in place) and the buffers never move, so
+  every decode step has one shape signature.
+- :class:`GrowingKV`: standard-op exports that ``Concat`` past and new: each step's
+  presents (``[batch, kv_heads, total, head_size]``) become the next step's pasts, kept on
+  the session's device between steps. The reservation is the bound the cache may grow to.
+"""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+from typing import Any
+
+import numpy as np
+
+from onnx_ep.core.kernel import TensorSpec
+from onnx_ep.core.memory import Fit, Reservation, Role, align_up, allocate_host
+from onnx_ep.core.tensor import HOST, Tensor, device_runtime
+from onnx_ep.errors import CapacityUnavailable
+
+_ids = itertools.count(1)
+#: offsets of the shared buffers inside their block
+ALIGNMENT = 256
+
+
+def capacity_bytes(layers: int, batch: int, kv_heads: int, max_length: int, head_size: int,
+                   dtype: Any) -> int:
+    """Bytes of a full KV cache: THE formula the reservation and the docs use."""
+    one = TensorSpec(np.dtype(dtype), (batch, kv_heads, max_length, head_size)).nbytes
+    return 2 * layers * align_up(one, ALIGNMENT)
+
+
+class KVCache:
+    """The reservation both layouts share; :meth:`close` releases it (idempotent)."""
+
+    shared = False
+
+    def __init__(self, model: Any, batch: int, max_length: int) -> None:
+        dec = model.config.decoder
+        self.layers = dec.num_hidden_layers
+        self.shape = (batch, dec.num_key_value_heads, max_length, dec.head_size)
+        self.dtype = np.dtype(model.kv_dtype)
+        self.device = model.device
+        self.nbytes = capacity_bytes(self.layers, batch, dec.num_key_value_heads, max_length,
+                                     dec.head_size, self.dtype)
+        self.holder = f"{model.session.holder}/generator-{next(_ids)}"
+        self.reservation = _reserve(model, self.nbytes, self.holder, batch, max_length)
+        self._finalizer = weakref.finalize(self, self.reservation.release)
+        self.names = [(dec.past_names(i), dec.present_names(i)) for i in range(self.layers)]
+
+    def close(self) -> None:
+        self._finalizer()
+
+    def bind(self, binding: Any) -> dict[str, Tensor]:
+        """Bind the pasts (and, shared, the presents) to ``binding``; the pasts by name."""
+        raise NotImplementedError
+
+    def update(self, outputs: dict[str, Tensor]) -> None:
+        """After a run: take the presents the binding returned (by name)."""
+
+
+def _reserve(model: Any, nbytes: int, holder: str, batch: int,
+             max_length: int) -> Reservation:
+    authority = model.authority
+    # the session's own bytes (its weights) stay while the generator lives: what they leave
+    # of the budget is the most the cache can ever have
+    view = authority.view(model.session.holder)
+    charged = authority.round_up(nbytes)
+    if view.fit(charged) is Fit.NEVER:
+        raise CapacityUnavailable(
+            f"the KV cache for batch {batch} x max_length {max_length} needs {charged} bytes "
+            f"on {authority.device}, which can never fit: the budget is {authority.budget} "
+            f"bytes and the session holds {view.held} of them (weights); lower max_length "
+            f"or the batch, or raise memory_limit to at least {charged + view.held}",
+            requested=charged, available=max(0, authority.budget - view.held), holder=holder)
+    return authority.reserve(nbytes, Role.KV_CACHE, holder)
+
+
+class SharedKV(KVCache):
+    """Past and present in one fixed buffer per layer and key/value."""
+
+    shared = True
+
+    def __init__(self, model: Any, batch: int, max_length: int) -> None:
+        super().__init__(model, batch, max_length)
+        spec = TensorSpec(self.dtype, self.shape)
+        step = align_up(spec.nbytes, ALIGNMENT)
+        try:
+            if self.device == HOST:
+                block = allocate_host(self.nbytes, self.reservation)
+                block[:] = 0
+                views = [Tensor(block[i * step:i * step + spec.nbytes].view(self.dtype)
+                                .reshape(self.shape)) for i in range(2 * self.layers)]
+            else:
+                views = self._on_device(spec, step)
+        except BaseException:
+            self.close()
+            raise
+        self.buffers = [(views[2 * i], views[2 * i + 1]) for i in range(self.layers)]
+
+    def _on_device(self, spec: TensorSpec, step: int) -> list[Tensor]:
+        rt = device_runtime(self.device)
+        alloc = rt.allocate(self.reservation)
+        self._finalizer.detach()
+        self._finalizer = weakref.finalize(self, _free, alloc, self.reservation)
+        stream = rt.new_stream()
+        zeros = np.zeros(self.shape, self.dtype)
+        views = []
+        for i in range(2 * self.layers):
+            t = Tensor(rt.tensor(alloc, i * step, spec), rt.device, rt)
+            rt.upload(zeros, t.value, stream)
+            views.append(t)
+        rt.synchronize(stream)
+        return views
+
+    def bind(self, binding: Any) -> dict[str, Tensor]:
+        bound = {}
+        for (past, present), pair in zip(self.names, self.buffers):
+            for name_in, name_out, t in zip(past, present, pair):
+                binding.bind_input(name_in, t)
+                binding.bind_output(name_out, t)
+                bound[name_in] = t
+        return bound
+
+
+class GrowingKV(KVCache):
+    """Presents fed back as pasts; empty (``total`` 0) before the first step."""
+
+    def __init__(self, model: Any, batch: int, max_length: int) -> None:
+        super().__init__(model, batch, max_length)
+        empty = Tensor(np.zeros((*self.shape[:2], 0, self.shape[3]), self.dtype))
+        self.pasts: dict[str, Tensor] = {n: empty for past, _ in self.names for n in past}
+
+    def bind(self, binding: Any) -> dict[str, Tensor]:
+        for past, present in self.names:
+            for name_in, name_out in zip(past, present):
+                binding.bind_input(name_in, self.pasts[name_in])
+                binding.bind_output(name_out, self.device)
+        return dict(self.pasts)
+
+    def update(self, outputs: dict[str, Tensor]) -> None:
+        for past, present in self.names:
+            for name_in, name_out in zip(past, present):
+                self.pasts[name_in] = outputs[name_out]
+
+
+def _free(alloc: Any, reservation: Reservation) -> None:
+    alloc.free()
+    reservation.release()

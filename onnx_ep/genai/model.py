@@ -1,0 +1,119 @@
+"""``Model(folder)``: a genai_config.json folder opened as one :class:`onnx_ep.Session`.
+
+The session's inputs are checked against the config once, here: which of the optional
+inputs the model reads (``attention_mask``, ``position_ids``, and ``seqlens_k`` /
+``total_sequence_length`` when they are graph inputs rather than computed inside the
+graph), their integer types, and the KV inputs and outputs of every layer with their dtype.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from onnx_ep.core.dtypes import np_dtype
+from onnx_ep.core.memory import DeviceMemoryAuthority, authority_for
+from onnx_ep.errors import ModelError
+from onnx_ep.genai.config import GenaiConfig, load_config
+
+
+class Model:
+    """A decoder model folder (onnxruntime-genai's format) and the session that runs it.
+
+    :param folder: a folder holding ``genai_config.json`` and the ONNX file it names.
+    :param providers: onnx-ep provider names; default: the config's ``provider_options``
+        (``cuda`` -> ``cuda``; none -> ``cpu_reference``).
+    :param options: :class:`onnx_ep.SessionOptions` (``memory_limit``, ``capture``...).
+    :raises ModelError: a malformed config, or a model whose inputs and outputs do not
+        match it. Session errors (``NoKernelError``, ``ProviderUnavailable``) pass through.
+    """
+
+    def __init__(self, folder: str | os.PathLike[str], providers: list[str] | None = None,
+                 options: Any = None) -> None:
+        from onnx_ep.core.session import Session
+
+        self.folder = Path(folder)
+        self.config: GenaiConfig = load_config(self.folder)
+        path = self.config.model_path
+        if not path.is_file():
+            raise ModelError(f"{self.config.folder / 'genai_config.json'} names "
+                             f"model.decoder.filename {self.config.decoder.filename!r}, "
+                             f"which is not in {self.folder}")
+        self.session = Session(str(path), providers=providers or
+                               self.config.onnx_ep_providers(), options=options)
+        self._inputs = {v.name: v for v in self.session.graph.inputs}
+        self._outputs = {v.name for v in self.session.graph.outputs}
+        self._check()
+        self._tokenizer: Any = None
+
+    # ------------------------------------------------------------ what the graph reads
+    def _check(self) -> None:
+        dec = self.config.decoder
+        missing = [n for n in (dec.input_ids,) if n not in self._inputs]
+        missing += [n for i in range(dec.num_hidden_layers)
+                    for n in dec.past_names(i) if n not in self._inputs]
+        missing_out = [n for n in (dec.logits,) if n not in self._outputs]
+        missing_out += [n for i in range(dec.num_hidden_layers)
+                        for n in dec.present_names(i) if n not in self._outputs]
+        if missing or missing_out:
+            raise ModelError(
+                f"{self.config.model_path} does not match genai_config.json: inputs "
+                f"{missing or 'ok'}, outputs {missing_out or 'ok'} not found; the model's "
+                f"inputs are {sorted(self._inputs)}")
+        self.kv_dtype = self.input_dtype(dec.past_names(0)[0])
+        shape = self._inputs[dec.past_names(0)[0]].spec
+        dims = tuple(shape.shape) if shape is not None else ()
+        if len(dims) == 4:
+            for axis, want, what in ((1, dec.num_key_value_heads, "num_key_value_heads"),
+                                     (3, dec.head_size, "head_size")):
+                if isinstance(dims[axis], int) and dims[axis] != want:
+                    raise ModelError(f"{dec.past_names(0)[0]} has {dims[axis]} on axis "
+                                     f"{axis} but genai_config.json says {what} {want}")
+
+    def has_input(self, name: str) -> bool:
+        return name in self._inputs
+
+    def input_dtype(self, name: str) -> np.dtype:
+        v = self._inputs[name]
+        return np_dtype(v.elem_type) if v.elem_type else np.dtype(np.float32)
+
+    # ------------------------------------------------------------ resources
+    @property
+    def device(self) -> str:
+        """Where the session's memory authority is: ``"cpu"``, or ``"cuda:0"`` when the
+        session runs on a device (its KV cache lives there too)."""
+        return str(self.session.resources()["device"])
+
+    @property
+    def authority(self) -> DeviceMemoryAuthority:
+        """The session's memory authority (the same quota: device and ``memory_limit``); the
+        KV cache is reserved here under role ``kv_cache``."""
+        return authority_for(self.device, self.session.options.memory_limit)
+
+    @property
+    def has_tokenizer(self) -> bool:
+        """Whether the folder has tokenizer.json (text in and out)."""
+        from onnx_ep.genai.tokenizer import has_tokenizer
+
+        return has_tokenizer(self.folder)
+
+    @property
+    def tokenizer(self) -> Any:
+        """The folder's :class:`~onnx_ep.genai.tokenizer.Tokenizer` (made on first use)."""
+        if self._tokenizer is None:
+            from onnx_ep.genai.tokenizer import Tokenizer
+
+            self._tokenizer = Tokenizer(self)
+        return self._tokenizer
+
+    def close(self) -> None:
+        self.session.close()
+
+    def __repr__(self) -> str:
+        d = self.config.decoder
+        return (f"onnx_ep.genai.Model({str(self.folder)!r}, {d.num_hidden_layers} layers, "
+                f"{d.num_attention_heads}/{d.num_key_value_heads} heads, providers "
+                f"{self.session.get_providers()})")

@@ -1,0 +1,64 @@
+"""genai_config.json is read as onnxruntime-genai writes it; what onnx-ep cannot run is refused."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from onnx_ep import genai
+from onnx_ep.errors import ModelError
+from tests.helpers import genai_models as gm
+
+
+def _write(tmp_path, **changes):
+    cfg = gm.genai_config()
+    for path, value in changes.items():
+        node = cfg
+        *parents, leaf = path.split("__")
+        for p in parents:
+            node = node[p]
+        node[leaf] = value
+    (tmp_path / "genai_config.json").write_text(json.dumps(cfg))
+    return tmp_path
+
+
+def test_fields_are_read(tmp_path):
+    c = genai.load_config(_write(tmp_path, model__eos_token_id=[3, 47],
+                                 model__decoder__session_options={"provider_options":
+                                                                  [{"cuda": {}}]}))
+    assert c.eos_token_ids == (3, 47) and c.pad_token_id == 0 and c.bos_token_id == 1
+    assert c.decoder.num_key_value_heads == 2 and c.decoder.head_size == 8
+    assert c.decoder.past_names(3) == ("past_key_values.3.key", "past_key_values.3.value")
+    assert c.decoder.present_names(0) == ("present.0.key", "present.0.value")
+    assert c.onnx_ep_providers() == ["cuda"]
+    assert c.search.max_length == 128 and not c.search.past_present_share_buffer
+
+
+def test_no_provider_means_the_cpu_reference(tmp_path):
+    assert genai.load_config(_write(tmp_path)).onnx_ep_providers() == ["cpu_reference"]
+
+
+def test_beam_search_is_refused_clearly(tmp_path):
+    with pytest.raises(ModelError, match="num_beams=4.*beam search is not implemented"):
+        genai.load_config(_write(tmp_path, search__num_beams=4))
+
+
+def test_missing_files_and_fields_name_what_is_wrong(tmp_path):
+    with pytest.raises(ModelError, match="has no genai_config.json"):
+        genai.load_config(tmp_path)
+    cfg = gm.genai_config()
+    del cfg["model"]["decoder"]["head_size"]
+    (tmp_path / "genai_config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ModelError, match="head_size"):
+        genai.load_config(tmp_path)
+    _write(tmp_path)
+    with pytest.raises(ModelError, match="names model.decoder.filename 'model.onnx'"):
+        genai.Model(tmp_path)
+
+
+def test_a_model_that_does_not_match_its_config_is_refused(tmp_path):
+    gm.write_folder(tmp_path)
+    _write(tmp_path, model__decoder__num_hidden_layers=3)
+    with pytest.raises(ModelError, match="past_key_values.2.key"):
+        genai.Model(tmp_path)

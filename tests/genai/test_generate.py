@@ -1,0 +1,174 @@
+"""Generation on tiny decoders against a numpy re-implementation of the same model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from onnx_ep import genai
+from onnx_ep.errors import FeedError, ModelError
+from onnx_ep.genai.search import filtered_probs, sample
+from tests.helpers import genai_models as gm
+
+LAYOUTS = ["growing", "shared"]
+PROMPT = [5, 9, 3, 7]
+EOS = 47
+
+
+@pytest.fixture(params=LAYOUTS)
+def model(request, folders):
+    m = genai.Model(folders[request.param])
+    yield m
+    m.close()
+
+
+def _loop(model, prompt, max_length, **search):
+    params = genai.GeneratorParams(model)
+    params.set_search_options(max_length=max_length, **search)
+    gen = genai.Generator(model, params)
+    gen.append_tokens(prompt)
+    out = []
+    while not gen.is_done():
+        gen.generate_next_token()
+        out.append(gen.get_next_tokens())
+    gen.close()
+    return gen, np.array(out)
+
+
+def test_greedy_equals_the_numpy_greedy_loop(model, folders):
+    expected = gm.reference_greedy(folders["weights"], PROMPT, 12, eos=(EOS,))
+    res = genai.generate(model, PROMPT, max_new_tokens=12)
+    assert res.tokens == [expected]
+    assert res.sequences[0] == PROMPT + expected
+
+
+def test_prefill_logits_match_the_oracle(model, folders):
+    params = genai.GeneratorParams(model)
+    params.set_search_options(max_length=8)
+    gen = genai.Generator(model, params)
+    gen.append_tokens(PROMPT)
+    ref = gm.reference_logits(folders["weights"], np.array(PROMPT), np.ones(4, np.int64),
+                              np.arange(4))[-1]
+    np.testing.assert_allclose(gen.get_logits()[0], ref, rtol=1e-4, atol=1e-4)
+    gen.close()
+
+
+def test_stops_at_eos_and_pads_after_it(model, folders):
+    expected = gm.reference_greedy(folders["weights"], PROMPT, 20, eos=(EOS,))
+    assert expected[-1] == EOS and len(expected) < 20      # the fixture model meets EOS
+    gen, steps = _loop(model, PROMPT, 40)
+    assert gen.is_done() and gen.length == len(PROMPT) + len(expected)
+    assert steps[:, 0].tolist() == expected
+
+
+def test_stops_at_max_length(model):
+    gen, steps = _loop(model, PROMPT, 6)
+    assert len(steps) == 2 and gen.get_sequence(0).size == 6
+
+
+def test_sampling_is_deterministic_per_seed(model):
+    kw = dict(max_new_tokens=10, do_sample=True, temperature=1.5, top_k=0, top_p=1.0)
+    a = genai.generate(model, PROMPT, random_seed=7, **kw).tokens
+    b = genai.generate(model, PROMPT, random_seed=7, **kw).tokens
+    c = genai.generate(model, PROMPT, random_seed=8, **kw).tokens
+    greedy = genai.generate(model, PROMPT, max_new_tokens=10).tokens
+    assert a == b
+    assert a != c or a != greedy
+
+
+def test_top_k_one_and_tiny_top_p_are_greedy(model):
+    greedy = genai.generate(model, PROMPT, max_new_tokens=8).tokens
+    for kw in ({"top_k": 1}, {"top_k": 0, "top_p": 1e-6}):
+        sampled = genai.generate(model, PROMPT, max_new_tokens=8, do_sample=True,
+                                 random_seed=3, temperature=2.0, **kw).tokens
+        assert sampled == greedy
+
+
+def test_sampled_tokens_stay_inside_top_k_and_top_p():
+    rng = np.random.default_rng(0)
+    logits = rng.standard_normal((1, 40)).astype(np.float32)
+    ids, p = filtered_probs(logits[0], 1.0, 5, 1.0)
+    assert ids.tolist() == np.argsort(-logits[0])[:5].tolist()
+    ids_p, p_p = filtered_probs(logits[0], 1.0, 0, 0.5)
+    full = np.exp(logits[0] - logits[0].max())
+    full /= full.sum()
+    assert full[ids_p[:-1]].sum() < 0.5 <= full[ids_p].sum() + 1e-12
+    assert np.isclose(p_p.sum(), 1.0)
+    draws = {int(sample(logits, rng, top_k=5)[0]) for _ in range(200)}
+    assert draws <= set(ids.tolist()) and len(draws) > 1
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_batch_with_different_prompt_lengths_equals_each_alone(folders, layout):
+    m = genai.Model(folders[layout])
+    prompts = [[5, 9, 3, 7, 11, 2], [8, 4]]
+    alone = [genai.generate(m, p, max_new_tokens=8).tokens[0] for p in prompts]
+    batched = genai.generate(m, prompts, max_new_tokens=8)
+    assert batched.tokens == alone
+    # right padding (a 2-D array padded with pad_token_id, onnxruntime-genai's rule)
+    right = np.zeros((2, 6), np.int64)
+    right[0], right[1, :2] = prompts[0], prompts[1]
+    assert genai.generate(m, right, max_new_tokens=8).tokens == alone
+    m.close()
+
+
+def test_continuous_decoding_equals_one_prompt(model):
+    params = genai.GeneratorParams(model)
+    params.set_search_options(max_length=12)
+    gen = genai.Generator(model, params)
+    gen.append_tokens(PROMPT[:2])
+    gen.append_tokens(PROMPT[2:])
+    gen.generate_next_token()
+    one = genai.generate(model, PROMPT, max_new_tokens=1).tokens[0]
+    assert gen.get_next_tokens().tolist() == one
+    gen.close()
+
+
+def test_shared_buffer_decode_steps_have_one_signature_and_computed_feeds(folders):
+    m = genai.Model(folders["shared"])
+    res = genai.generate(m, [[5, 9, 3], [8]], max_new_tokens=6)
+    decode = [s for s in res.stats.steps if s.kind == "decode"]
+    assert len(decode) >= 4 and len({s.signature for s in decode}) == 1
+    assert all(s.capture == "host" for s in res.stats.steps)     # cpu_reference: host plans
+    params = genai.GeneratorParams(m)
+    params.set_search_options(max_length=10, batch_size=2)
+    gen = genai.Generator(m, params)
+    gen.append_tokens([[5, 9, 3], [8]])
+    gen.generate_next_token()
+    f = gen.feeds(3, 4)
+    assert f["attention_mask"].shape == (2, 10)                  # static in decode
+    assert f["seqlens_k"].tolist() == [3, 1] and f["seqlens_k"].dtype == np.int32
+    assert int(f["total_sequence_length"]) == 4
+    assert f["position_ids"].tolist() == [[3], [1]]
+    gen.close()
+    m.close()
+
+
+def test_growing_kv_decode_steps_grow(folders):
+    res = genai.generate(genai.Model(folders["growing"]), PROMPT, max_new_tokens=4)
+    assert len({s.signature for s in res.stats.steps}) == len(res.stats.steps)
+
+
+def test_stream_yields_tokens_as_generate_returns_them(model):
+    ts = genai.stream(model, PROMPT, max_new_tokens=6)
+    streamed = list(ts)
+    ts.close()
+    assert streamed == genai.generate(model, PROMPT, max_new_tokens=6).tokens[0]
+    d = ts.stats.as_dict()
+    assert d["prefill"]["tokens"] == 4 and d["decode"]["steps"] == len(streamed) - 1
+    assert d["decode"]["tokens_per_s"] > 0
+
+
+def test_misuse_is_refused_with_clear_errors(model):
+    params = genai.GeneratorParams(model)
+    with pytest.raises(ModelError, match="num_beams"):
+        params.set_search_options(num_beams=4)
+    params.set_search_options(max_length=5)
+    gen = genai.Generator(model, params)
+    with pytest.raises(FeedError, match="append_tokens"):
+        gen.generate_next_token()
+    with pytest.raises(FeedError, match="max_length"):
+        gen.append_tokens(list(range(1, 7)))
+    with pytest.raises(FeedError, match="batch_size"):
+        gen.append_tokens([[1, 2], [3, 4]])
+    gen.close()

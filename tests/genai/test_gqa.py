@@ -1,0 +1,80 @@
+"""A shared-buffer model written the way onnxruntime-genai's builder writes it:
+com.microsoft::GroupQueryAttention over one ``[batch, kv_heads, max_length, head]`` buffer
+per layer, ``seqlens_k`` / ``total_sequence_length`` computed from ``attention_mask`` in the
+graph, a ``[batch, max_length]`` mask in decode steps (one shape signature).
+
+The model is checked against the numpy oracle on onnxruntime CPU (so the layout the
+generator feeds is what GroupQueryAttention expects); onnx-ep runs it once cpu_reference
+has the GroupQueryAttention kernel (issue 14, point 1), and is skipped until then.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from onnx_ep import genai
+from onnx_ep.errors import NoKernelError
+from tests.helpers import genai_models as gm
+
+PROMPT = [5, 9, 3, 7]
+
+
+@pytest.fixture(scope="module")
+def gqa_folder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("gqa")
+    w = gm.weights()
+    import json
+
+    import onnx
+
+    onnx.save(gm.build_model(w, "gqa"), str(folder / "model.onnx"))
+    (folder / "genai_config.json").write_text(json.dumps(gm.genai_config("gqa")))
+    return folder, w
+
+
+def _ort_greedy(model_path, prompt, new, max_length):
+    """The generator's feeding rules, by hand, on onnxruntime CPU."""
+    ort = pytest.importorskip("onnxruntime")
+    s = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+    names = [o.name for o in s.get_outputs()]
+    past = {f"past_key_values.{i}.{k}": np.zeros((1, 2, max_length, 8), np.float32)
+            for i in range(2) for k in ("key", "value")}
+    seq, out = list(prompt), []
+    feeds = {"input_ids": np.array([prompt]), "attention_mask": np.ones((1, len(prompt)),
+                                                                         np.int64),
+             "position_ids": np.arange(len(prompt))[None]}
+    for _ in range(new):
+        r = dict(zip(names, s.run(None, {**feeds, **past})))
+        tok = int(np.argmax(r["logits"][0, -1]))
+        out.append(tok)
+        seq.append(tok)
+        past = {n: r[n.replace("past_key_values", "present")] for n in past}
+        mask = np.zeros((1, max_length), np.int64)
+        mask[0, :len(seq)] = 1
+        feeds = {"input_ids": np.array([[tok]]), "attention_mask": mask,
+                 "position_ids": np.array([[len(seq) - 1]])}
+    return out
+
+
+def test_the_gqa_model_and_the_static_decode_mask_on_onnxruntime(gqa_folder):
+    folder, w = gqa_folder
+    assert _ort_greedy(folder / "model.onnx", PROMPT, 10, 32) == gm.reference_greedy(
+        w, PROMPT, 10)
+
+
+def test_gqa_shared_buffer_generation_on_cpu_reference(gqa_folder):
+    folder, w = gqa_folder
+    try:
+        model = genai.Model(folder, providers=["cpu_reference"])
+    except NoKernelError as exc:
+        pytest.skip(f"cpu_reference has no com.microsoft::GroupQueryAttention kernel yet "
+                    f"(being added for issue 14): {exc}")
+    res = genai.generate(model, PROMPT, max_new_tokens=10, max_length=32)
+    assert res.tokens == [gm.reference_greedy(w, PROMPT, 10, eos=(47,))]
+    decode = [s for s in res.stats.steps if s.kind == "decode"]
+    assert len({s.signature for s in decode}) == 1
+    batched = genai.generate(model, [[5, 9, 3, 7], [8, 4, 2, 6]], max_new_tokens=6)
+    alone = [genai.generate(model, p, max_new_tokens=6).tokens[0]
+             for p in ([5, 9, 3, 7], [8, 4, 2, 6])]
+    assert batched.tokens == alone
