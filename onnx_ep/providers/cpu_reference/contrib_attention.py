@@ -33,7 +33,7 @@ from onnx_ep.providers.cpu_reference.base import CpuKernel, check_same_dtype
 from onnx_ep.providers.cpu_reference.dot import matmul
 from onnx_ep.providers.cpu_reference.formats import BFLOAT16, source_value
 from onnx_ep.providers.cpu_reference.lowfloat import round_to, upcast
-from onnx_ep.providers.cpu_reference.normalization import skip_broadcasts
+from onnx_ep.providers.cpu_reference.normalization import check_skip_inputs
 from onnx_ep.providers.cpu_reference.softmax import NORM_PARITY
 
 MS = "com.microsoft"
@@ -509,17 +509,8 @@ class SkipLayerNormalization(CpuKernel):
 
     def run(self, ctx: ExecutionContext, x: np.ndarray, skip: np.ndarray, gamma: np.ndarray,
             beta: np.ndarray | None = None, bias: np.ndarray | None = None) -> Any:
-        check_same_dtype(self, ctx, input=x, skip=skip, gamma=gamma, beta=beta, bias=bias)
-        if x.ndim < 1:
-            raise self.fail(ctx, "input must have rank >= 1 (..., hidden_size)")
+        check_skip_inputs(self, ctx, x, skip, gamma=gamma, beta=beta, bias=bias)
         hidden = x.shape[-1]
-        if not skip_broadcasts(skip.shape, x.shape):
-            raise self.fail(ctx, f"skip of shape {skip.shape} must have input's shape "
-                                 f"{x.shape}, or its last two dims with any leading dims 1")
-        for name, t in (("gamma", gamma), ("beta", beta), ("bias", bias)):
-            if t is not None and t.shape != (hidden,):
-                raise self.fail(ctx, f"{name} must have shape ({hidden},) (hidden_size), got "
-                                     f"{t.shape}")
         s = source_value(x) + source_value(skip)
         if bias is not None:
             s += source_value(bias)

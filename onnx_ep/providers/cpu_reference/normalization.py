@@ -233,6 +233,23 @@ def skip_broadcasts(skip: tuple[int, ...], x: tuple[int, ...]) -> bool:
             and tuple(core) == tuple(x[len(x) - len(core):]))
 
 
+def check_skip_inputs(kernel: CpuKernel, ctx: ExecutionContext, x: np.ndarray,
+                      skip: np.ndarray, **params: np.ndarray | None) -> None:
+    """The Skip*LayerNormalization checks: one dtype, input of rank >= 1, a skip that
+    broadcasts to it, and each of ``params`` (gamma, beta, bias) of shape (hidden_size,)."""
+    check_same_dtype(kernel, ctx, input=x, skip=skip, **params)
+    if x.ndim < 1:
+        raise kernel.fail(ctx, "input must have rank >= 1 (..., hidden_size)")
+    hidden = x.shape[-1]
+    if not skip_broadcasts(skip.shape, x.shape):
+        raise kernel.fail(ctx, f"skip of shape {skip.shape} must have input's shape "
+                               f"{x.shape}, or its last two dims with any leading dims 1")
+    for name, t in params.items():
+        if t is not None and t.shape != (hidden,):
+            raise kernel.fail(ctx, f"{name} must have shape ({hidden},) (hidden_size), got "
+                                   f"{t.shape}")
+
+
 class SimplifiedLayerNormalization(CpuKernel):
     """onnxruntime's RMS normalization, registered in the default domain although ONNX has
     no such op: Y = X / sqrt(mean(X^2) + epsilon) * scale over axes [axis, rank), with
@@ -271,17 +288,7 @@ class SkipSimplifiedLayerNormalization(CpuKernel):
 
     def run(self, ctx: ExecutionContext, x: np.ndarray, skip: np.ndarray, gamma: np.ndarray,
             bias: np.ndarray | None = None) -> Any:
-        check_same_dtype(self, ctx, input=x, skip=skip, gamma=gamma, bias=bias)
-        if x.ndim < 1:
-            raise self.fail(ctx, "input must have rank >= 1 (..., hidden_size)")
-        hidden = x.shape[-1]
-        if not skip_broadcasts(skip.shape, x.shape):
-            raise self.fail(ctx, f"skip of shape {skip.shape} must have input's shape "
-                                 f"{x.shape}, or its last two dims with any leading dims 1")
-        for name, t in (("gamma", gamma), ("bias", bias)):
-            if t is not None and t.shape != (hidden,):
-                raise self.fail(ctx, f"{name} must have shape ({hidden},) (hidden_size), got "
-                                     f"{t.shape}")
+        check_skip_inputs(self, ctx, x, skip, gamma=gamma, bias=bias)
         s = source_value(x) + source_value(skip)
         if bias is not None:
             s += source_value(bias)
