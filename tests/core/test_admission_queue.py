@@ -75,8 +75,9 @@ def test_admission_timeout_is_validated():
 
 
 def _run_all(admission: str, sessions: int = 3, threads: int = 3, runs: int = 8):
-    """threads x sessions on one budget where one run fits at a time; per session, the runs
-    done and refused."""
+    """threads x sessions on one budget where one run fits at a time, starting while another
+    tenant holds most of the budget for 0.2 s (so they contend whatever the machine's speed);
+    per session, the runs done and refused."""
     limit = 128 * 1024
     opts = SessionOptions(memory_limit=limit, admission=admission, admission_timeout=30)
     kernels = [ScratchKernel() for _ in range(sessions)]
@@ -88,7 +89,7 @@ def _run_all(admission: str, sessions: int = 3, threads: int = 3, runs: int = 8)
     refused = [0] * sessions
     wrong = []
     lock = threading.Lock()
-    start = threading.Barrier(sessions * threads)
+    start = threading.Barrier(sessions * threads + 1)
 
     def worker(i: int) -> None:
         start.wait()
@@ -108,9 +109,12 @@ def _run_all(admission: str, sessions: int = 3, threads: int = 3, runs: int = 8)
           for _ in range(threads)]
     for t in ts:
         t.start()
+    authority = ss[0]._authority
+    other = authority.reserve(limit - 32 * 1024, Role.ACTIVATIONS, "another-tenant")
+    start.wait()
+    threading.Timer(0.2, other.release).start()
     for t in ts:
         t.join(60)
-    authority = ss[0]._authority
     for s in ss:
         assert authority.held_by(f"{s.holder}") == 0
         s.close()
