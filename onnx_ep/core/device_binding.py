@@ -268,7 +268,7 @@ class DeviceBinding:
                 old[0].free()
                 old[2].release()
         for p in plans:
-            p.device_workspaces = self._views(p.workspace)
+            p.device_workspaces = self._views(p)
             if p.capture is not None:
                 p.capture.evict()
 
@@ -284,14 +284,20 @@ class DeviceBinding:
     def _slot_view(self, alloc: Any, off: int, n: int) -> Any:
         return self.runtime.tensor(alloc, off, TensorSpec("uint8", (n,)))
 
-    def _views(self, ws: Any, step_ws: Any = None, session_ws: Any = None) -> list[Any]:
-        """Workspace views of ``ws`` carved from the given blocks, else the shared slots."""
+    def _views(self, plan: ExecutionPlan, step_ws: Any = None,
+               session_ws: Any = None) -> list[Any]:
+        """Workspace views of ``plan``'s device steps carved from the given blocks, else the
+        shared slots. A host step of a device plan (a node that fell back) gets ``None``: its
+        kernel makes its own host scratch (KERNELS.md), as a device buffer is no use to it."""
         if step_ws is None and self._slots["step"] is not None:
             step_ws = self._slots["step"][0]
         if session_ws is None and self._slots["session"] is not None:
             session_ws = self._slots["session"][0]
-        return workspace_views(ws, lambda off, n: self._slot_view(session_ws, off, n),
-                               lambda n: self._slot_view(step_ws, 0, n))
+        views = workspace_views(plan.workspace,
+                                lambda off, n: self._slot_view(session_ws, off, n),
+                                lambda n: self._slot_view(step_ws, 0, n))
+        return [v if step_device(st) == self.device else None
+                for st, v in zip(plan.program.steps, views)]
 
     def _bind(self, plan: ExecutionPlan, shared: bool) -> None:
         program, arena, ws = plan.program, plan.arena, plan.workspace
@@ -323,12 +329,12 @@ class DeviceBinding:
         if shared:
             self._sharing[id(plan)] = plan
             self._fit_slots()
-            plan.device_workspaces = self._views(ws)
+            plan.device_workspaces = self._views(plan)
         else:
             step_ws = self._allocate(ws.step_peak, Role.WORKSPACE_STEP) if ws.step_peak else None
             session_ws = (self._allocate(ws.session_peak, Role.WORKSPACE_SESSION)
                           if ws.session_peak else None)
-            plan.device_workspaces = self._views(ws, step_ws, session_ws)
+            plan.device_workspaces = self._views(plan, step_ws, session_ws)
         plan.prebound = prebound
         if plan.device_constants:
             self._upload_folded(plan)

@@ -39,3 +39,20 @@ def test_cuda_tokens_equal_cpu_reference_with_the_cache_on_the_device(cuda, fold
         assert ts.stats.as_dict()["decode"]["signatures"] == 1
         assert captures.count("captured") >= len(captures) - 3    # after warm-up and record
     assert "host" not in captures
+
+
+def test_a_gqa_model_generates_on_cuda_as_on_cpu_reference(cuda, tmp_path):
+    # GroupQueryAttention has no CUDA kernel yet: it falls back to the reference, and the
+    # tokens must not change
+    import json
+
+    import onnx
+
+    from tests.helpers import genai_models as gm
+
+    w = gm.weights()
+    onnx.save(gm.build_model(w, "gqa"), str(tmp_path / "model.onnx"))
+    (tmp_path / "genai_config.json").write_text(json.dumps(gm.genai_config("gqa")))
+    model = genai.Model(tmp_path, providers=["cuda", "cpu_reference"])
+    res = genai.generate(model, [5, 9, 3, 7], max_new_tokens=10, max_length=32)
+    assert res.tokens == [gm.reference_greedy(w, [5, 9, 3, 7], 10, eos=(47,))]
