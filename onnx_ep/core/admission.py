@@ -103,13 +103,6 @@ def admitted(strategy: AdmissionStrategy, request: AdmissionRequest,
     yield
 
 
-def admit(strategy: AdmissionStrategy, request: AdmissionRequest,
-          authority: DeviceMemoryAuthority) -> None:
-    """:func:`admitted` for a caller that reserves nothing itself afterwards."""
-    with admitted(strategy, request, authority):
-        pass
-
-
 def plan_request(session: str, holder: str, plan: Any) -> AdmissionRequest:
     """The request of a plan held for the session's life (a device plan or a control-flow
     body's): its arena, step workspace and session workspace, charged to ``holder``."""

@@ -375,7 +375,11 @@ class DeviceMemoryAuthority:
     def held_by(self, holder: str) -> int:
         """Bytes reserved under exactly ``holder`` (a run's ``session-3/run-7`` is its own)."""
         with self._lock:
-            return sum(r.nbytes for r in self._live.values() if r.holder == holder)
+            return self._held(holder)
+
+    def _held(self, holder: str) -> int:
+        """:meth:`held_by` for a caller that holds the lock already."""
+        return sum(r.nbytes for r in self._live.values() if r.holder == holder)
 
     def view(self, session: str) -> LedgerView:
         """A :class:`LedgerView` of this ledger now, with ``session``'s holdings."""
@@ -402,7 +406,7 @@ class DeviceMemoryAuthority:
             pool.queue.append(ticket)
             try:
                 while True:
-                    held = sum(r.nbytes for r in self._live.values() if r.holder == session)
+                    held = self._held(session)
                     verdict = self._fit(need, held)
                     if verdict is Fit.NEVER:
                         raise CapacityUnavailable(

@@ -26,6 +26,7 @@ scan outputs grow with the trip count the body decides) are charged when it retu
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,6 +36,7 @@ import numpy as np
 from onnx_ep.core.graph import infer_node
 from onnx_ep.core.kernel import TensorSpec
 from onnx_ep.core.memory import DeviceMemoryAuthority, Reservation, Role
+from onnx_ep.core.subgraphs import spec_of
 from onnx_ep.errors import AdmissionRefused
 
 #: inputs at most this many elements long are handed to onnx's inference as data
@@ -129,7 +131,7 @@ def _sequence_at(meta: Any, args: Sequence[Any]) -> list[TensorSpec] | None:
     seq, at = args[0], np.asarray(args[1]).reshape(-1)
     if not isinstance(seq, list) or at.size != 1 or not -len(seq) <= int(at[0]) < len(seq):
         return None
-    return [_spec(seq[int(at[0])])]        # type: ignore[list-item]
+    return [spec_of(seq[int(at[0])])]        # type: ignore[list-item]
 
 
 def _scalar(dtype: Any) -> Any:
@@ -144,16 +146,13 @@ VALUE_SIZED = {"ConstantOfShape": _constant_of_shape, "Expand": _expand, "Tile":
                "Compress": _compress, "SequenceAt": _sequence_at,
                "SequenceLength": _scalar(np.int64), "OptionalHasElement": _scalar(np.bool_)}
 
-#: onnx's inference per (step, input specs, small input values): a loop body's steps meet
-#: the same shapes every iteration, and inference costs far more than a lookup
-_inferred: dict[tuple[Any, ...], list[TensorSpec | None]] = {}
-_INFERRED_MAX = 4096
-
-
-def _spec(x: Any) -> TensorSpec | None:
-    if isinstance(x, (np.ndarray, np.generic)):
-        return TensorSpec(x.dtype, np.shape(x))
-    return None
+#: onnx's inference per step, then per (input specs, small input values): a loop body's
+#: steps meet the same shapes every iteration, and inference costs far more than a lookup.
+#: Weak on the step, so a closed session's program (and its weights) is not kept alive.
+_inferred: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], list[TensorSpec | None]]] = (
+    weakref.WeakKeyDictionary())
+#: entries kept per step (a step meeting ever new shapes starts over)
+_INFERRED_PER_STEP = 64
 
 
 def size_outputs(step: Any, args: Sequence[Any]) -> list[TensorSpec] | None:
@@ -169,12 +168,13 @@ def size_outputs(step: Any, args: Sequence[Any]) -> list[TensorSpec] | None:
             return hook(meta, args)
         if node.domain in ("", "ai.onnx") and node.op_type in VALUE_SIZED:
             return VALUE_SIZED[node.op_type](meta, args)
-        specs = [_spec(a) if a is not None else None for a in args]
+        specs = [spec_of(a) for a in args]
         known = {i: a for i, a in enumerate(args) if isinstance(a, np.ndarray)
                  and a.dtype.kind in "iu" and a.size <= SMALL_INPUT}
-        key = (step, *((s.dtype, s.shape) if s is not None else None for s in specs),
+        key = (*((s.dtype, s.shape) if s is not None else None for s in specs),
                *((i, a.tobytes()) for i, a in known.items()))
-        out = _inferred.get(key)
+        seen = _inferred.setdefault(step, {})
+        out = seen.get(key)
         if out is None:
             infer = getattr(placed.kernel, "infer_outputs", None)
             # the kernel's own sizing (a custom op onnx cannot infer), at this run's inputs
@@ -183,9 +183,9 @@ def size_outputs(step: Any, args: Sequence[Any]) -> list[TensorSpec] | None:
                    if infer is not None else [])
             if not out or any(s is None for s in out):
                 out = infer_node(node, meta.opset, specs, known)
-            if len(_inferred) >= _INFERRED_MAX:
-                _inferred.clear()
-            _inferred[key] = out
+            if len(seen) >= _INFERRED_PER_STEP:
+                seen.clear()
+            seen[key] = out
     except Exception:  # noqa: BLE001 - sizing is advisory: the kernel reports bad input
         return None
     if out is None or any(s is None for s in out):
