@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from onnx_ep.core.dtypes import dtype_type_string
 from onnx_ep.core.options import PROFILE_PREFIX
 from onnx_ep.core.placement import HOST
 
@@ -49,18 +50,11 @@ from onnx_ep.core.placement import HOST
 #: positive and far below this on Linux, macOS and Windows)
 DEVICE_TID = 2**31 - 1
 
-#: numpy dtype name -> the name onnxruntime's ``input_type_shape`` gives the element type
-_ORT_TYPE_NAMES = {"float32": "float", "float64": "double", "object": "string"}
-
-
 @functools.lru_cache(maxsize=256)
 def type_name(dtype: Any) -> str:
-    """The element type as onnxruntime names it in a trace (``float``, ``int64``, ...);
-    cached, since numpy's ``dtype.name`` costs microseconds and every step asks."""
-    dt = np.dtype(dtype)
-    if dt.kind in "OUS":
-        return "string"
-    return _ORT_TYPE_NAMES.get(dt.name, dt.name)
+    """The element type as onnxruntime names it in a trace (``float``, ``int64``, ...): the
+    ``tensor(...)`` type string's inside; cached, since every step asks."""
+    return dtype_type_string(dtype)[len("tensor("):-1]
 
 
 def type_shapes(values: Sequence[Any]) -> list[dict[str, list[int]]]:
