@@ -45,21 +45,39 @@ def step_device(step: Step) -> str:
     return step.placed.device if step.placed is not None else "cpu"
 
 
-def step_aliases(step: Step, inputs: Sequence[TensorSpec | None] | None = None
-                 ) -> dict[int, int]:
+def step_aliases(step: Step, inputs: Sequence[TensorSpec | None] | None = None,
+                 program: Program | None = None) -> dict[int, int]:
     """``{output index: input index}`` for outputs that are views of an input (Reshape).
 
     Declared by a kernel's optional ``aliases`` attribute, or at one signature by its
     optional ``aliases_at(inputs)`` (``inputs``: the step's input specs; a Transpose that
     only moves axes of size 1 is a view at that shape). Such outputs get no arena slot:
     the kernel stores a view of the input, whose buffer lives as long as the view.
+
+    A kernel with ``writes_in_place = True`` writes through its view (GroupQueryAttention
+    appends the new keys to the past it was given). Its alias holds only where no other
+    step, graph output or constant shares that input (checked against ``program``);
+    elsewhere the output is a buffer of its own and the kernel copies into it.
     """
     kernel = step.placed.kernel if step.placed is not None else None
     aliases = dict(getattr(kernel, "aliases", None) or {})
     at = getattr(kernel, "aliases_at", None)
     if at is not None and inputs is not None:
         aliases.update(at(inputs) or {})
+    if aliases and getattr(kernel, "writes_in_place", False):
+        aliases = {j: i for j, i in aliases.items()
+                   if program is not None and i < len(step.in_slots)
+                   and sole_reader(program, step, step.in_slots[i])}
     return aliases
+
+
+def sole_reader(program: Program, step: Step, slot: int) -> bool:
+    """Whether ``step`` is the only reader of ``slot`` and nothing else holds it."""
+    if slot < 0 or slot in program.output_slots or slot in program.outer_slots or any(
+            c == slot for c, _ in program.constants):
+        return False
+    return sum(slot in st.in_slots or any(s == slot for _, s in st.scope_slots)
+               for st in program.steps) == 1 and step.in_slots.count(slot) == 1
 
 
 def plan_arena(program: Program, specs: dict[str, TensorSpec | None],
@@ -92,8 +110,8 @@ def plan_arena(program: Program, specs: dict[str, TensorSpec | None],
             for s in st.in_slots:      # a host step reading a device value keeps it alive
                 live_until(s, i)
             continue      # a device session's arena holds only that device's values
-        aliases = step_aliases(st, [specs.get(name_of.get(s, "")) for s in st.in_slots]
-                               ) if device is not None else {}
+        aliases = step_aliases(st, [specs.get(name_of.get(s, "")) for s in st.in_slots],
+                               program) if device is not None else {}
         for s in st.in_slots:
             live_until(s, i)
         for j, s in enumerate(st.out_slots):

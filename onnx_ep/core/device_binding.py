@@ -309,7 +309,8 @@ class DeviceBinding:
             if on_device and getattr(getattr(st.placed, "kernel", None), "sizes_at_run", False):
                 prebound.append((None,) * len(st.out_slots))   # it makes its own (dynamic.py)
                 continue
-            aliases = step_aliases(st, [plan.specs.get(name_of.get(s, "")) for s in st.in_slots])
+            aliases = step_aliases(st, [plan.specs.get(name_of.get(s, "")) for s in st.in_slots],
+                                   program)
             outs: list[Any] = []
             for j, s in enumerate(st.out_slots):
                 if on_device and s >= 0 and j in aliases:

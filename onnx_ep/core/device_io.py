@@ -21,16 +21,35 @@ def device_io(device: Any, program: Program, arrays: list[Any], keep: dict[int, 
     io = program_io(program)
     dev = device.device if device is not None else None
     out = list(arrays)
+    targets = {id(t) for t in keep.values() if isinstance(t, Tensor)}
+    in_place: list[int] = []
     for i, a in enumerate(arrays):
         if not isinstance(a, Tensor):
             continue
         if a.device_type == dev and i not in io.host_read_inputs:
             out[i] = a.value              # the copy step copies it device-to-device
+            if id(a) in targets:
+                in_place.append(i)
         else:
             out[i] = a.numpy()            # read on the host (or another device)
-    skip = frozenset(step for p, step in io.downloads.items()
-                     if p in keep or (wanted is not None and p not in wanted))
-    return out, skip
+    skip = {step for p, step in io.downloads.items()
+            if p in keep or (wanted is not None and p not in wanted)}
+    if in_place:
+        skip.update(feeds_in_place(program, in_place))
+    return out, frozenset(skip)
+
+
+def feeds_in_place(program: Program, positions: list[int]) -> list[int]:
+    """The upload steps of feeds the caller also bound as an output's target: the plan reads
+    the caller's buffer itself (a KV cache bound as past and present).
+
+    The caller asked for that buffer to be overwritten by the output, which is copied into
+    it only after every step has run, so reading it in place changes no result; an output
+    that is a kernel's in-place view of it (GroupQueryAttention's present) is then written
+    where it already is, and a recorded graph replays on the same addresses every step.
+    """
+    slots = {program.input_slots[i] for i in positions}
+    return [i for i in program_io(program).uploads if program.steps[i].in_slots[0] in slots]
 
 
 def copy_out(device: Any, graph: Graph, program: Program, outs: list[Any],
@@ -54,6 +73,9 @@ def copy_out(device: Any, graph: Graph, program: Program, outs: list[Any],
                 raise FeedError(f"output {name!r} is bound to a tensor on {target.device} "
                                 f"but is produced on {dev}")
             check_like(target, src, name)
+            outs[pos] = target
+            if getattr(src, "ptr", None) == target.value.ptr:
+                continue                  # written in place (a view of the bound feed)
             dst = target
         else:
             if device_type(target) != dev:

@@ -81,7 +81,7 @@ class Executor:
             for name, s in zip(program.graph.outer_names, program.outer_slots):
                 env[s] = outer[name]
         if prebound is not None:
-            skip = skip | copy_feeds(program, env, prebound)
+            skip = skip | copy_feeds(program, env, prebound, skip)
         steps = program.steps
         wsl = workspaces if workspaces is not None else program.no_workspaces
         pb = prebound if prebound is not None else program.no_prebound
@@ -260,18 +260,19 @@ class Executor:
                                 scope=scope)
 
 
-def copy_feeds(program: Program, env: list[Any],
-               prebound: Sequence[tuple[Any, ...]]) -> frozenset[int]:
+def copy_feeds(program: Program, env: list[Any], prebound: Sequence[tuple[Any, ...]],
+               skip: frozenset[int] = frozenset()) -> frozenset[int]:
     """Copy the feeds already on the device into their planned input buffers in one call
     of the runtime's optional ``copy_many``; the indices of the copy steps it did.
 
     A decode step binds tens of device feeds (the KV cache); one copy each is a launch and
     several µs of host time. The feed's slot is pointed at its copy, so the skipped step
     (whose output is its input) leaves the planned buffer in place for the steps after it.
+    Uploads in ``skip`` (feeds read in place, ``device_io.feeds_in_place``) are not copied.
     """
     steps = program.steps
     done = [i for i in program_io(program).uploads
-            if prebound[i][0] is not None
+            if i not in skip and prebound[i][0] is not None
             and not isinstance(env[steps[i].in_slots[0]], (np.ndarray, type(None)))]
     runtime = getattr(steps[done[0]].call, "runtime", None) if done else None
     if len(done) < 2 or not hasattr(runtime, "copy_many"):

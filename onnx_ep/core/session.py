@@ -115,6 +115,7 @@ class Session:
         self._programs: dict[tuple[frozenset[str], frozenset[str]], Program] = {}
         self._program: Program = self._build_program()
         self._last_program: Program | None = None
+        self._last_capture = "eager"      # what the last device run did with CUDA graphs
         me = weakref.ref(self)      # the finalizer holds the cache: no path back to self
         self._plans = PlanCache(self.options.plan_cache_size, self.options.plan_cache_bytes,
                                 lambda plan: _evicted(me(), plan))
@@ -286,6 +287,12 @@ class Session:
         """
         return self._capture.report(self._plans.values(), self._authority.device)
 
+    def last_capture(self) -> str:
+        """What the last run did with CUDA graphs: ``captured`` (it replayed recorded
+        segments), ``recorded`` (it recorded some), ``eager`` (a device plan run step by
+        step) or ``host`` (a host session: nothing to capture)."""
+        return "host" if self._device is None else self._last_capture
+
     def end_profiling(self) -> str:
         """Stop profiling and write the trace (docs/PROFILING.md); its path, or "" when the
         session is not profiling (``SessionOptions.profile`` off, or ended already)."""
@@ -399,6 +406,7 @@ class Session:
         reservations = self._admit(plan, holder)
         cancel = (lambda: run_options.terminate) if run_options is not None else None
         cap = self._capture.for_run(plan.capture, run_options)
+        counts = (cap.records, cap.replays) if cap is not None else None
         # host values only this run can size are reserved step by step (core/run_sizing.py)
         meter = (RunMeter(self._authority if self._device is None else authority_for("cpu"),
                           holder, plan.run_sized) if plan.run_sized else None)
@@ -425,6 +433,9 @@ class Session:
                 self.stats["unsized_steps"] += meter.unsized
         self.stats["runs"] += 1
         self._last_program = plan.program
+        self._last_capture = ("eager" if counts is None or cap is None else "recorded"
+                              if cap.records > counts[0] else "captured"
+                              if cap.replays > counts[1] else "eager")
         if plan.capture is None and self._device is not None:
             # the warm-up run has taken each kernel's route: ask who may be captured now
             plan.capture = self._capture.new_plan(plan, self._device,

@@ -1,7 +1,7 @@
 """Per-step statistics of a generator: tokens, time, shape signature, captured or eager.
 
 Each model run is one :class:`StepStat`: ``prefill`` (a prompt chunk) or ``decode`` (one
-token per row). Its ``capture`` is read from the session's capture report around the run:
+token per row). Its ``capture`` is the session's ``last_capture()`` after the run:
 ``captured`` when the run replayed recorded CUDA graphs, ``recorded`` when it recorded
 them, ``eager`` when a device plan ran without graphs, ``host`` when the plan runs on the
 host (nothing to capture; docs/CAPTURE.md).
@@ -26,12 +26,6 @@ class StepStat:
     capture: str         #: "captured", "recorded", "eager" or "host"
 
 
-def _counts(report: dict[str, Any]) -> tuple[int, int, int]:
-    plans = report.get("plans", [])
-    return (len(plans), sum(p.get("replays", 0) for p in plans),
-            sum(p.get("records", 0) for p in plans))
-
-
 class GenerationStats:
     """Steps of one generator and their totals (``as_dict()`` is JSON-ready)."""
 
@@ -41,20 +35,11 @@ class GenerationStats:
 
     @contextmanager
     def step(self, kind: str, *, tokens: int, signature: str) -> Iterator[None]:
-        before = _counts(self._session.capture_report())
         t0 = time.perf_counter()
         yield
         seconds = time.perf_counter() - t0
-        after = _counts(self._session.capture_report())
-        if after[0] == 0:
-            capture = "host"
-        elif after[1] > before[1]:
-            capture = "captured"
-        elif after[2] > before[2]:
-            capture = "recorded"
-        else:
-            capture = "eager"
-        self.steps.append(StepStat(kind, tokens, seconds, signature, capture))
+        self.steps.append(StepStat(kind, tokens, seconds, signature,
+                                   self._session.last_capture()))
 
     def _total(self, kind: str) -> tuple[int, float]:
         steps = [s for s in self.steps if s.kind == kind]
