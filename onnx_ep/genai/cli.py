@@ -66,6 +66,9 @@ def add_parser(sub: Any, positive: Any) -> None:
                      help="sample among the most likely tokens whose probability reaches P")
     gen.add_argument("--seed", type=_number(int), default=None, metavar="S",
                      help="random seed: the same seed gives the same tokens")
+    gen.add_argument("--capture", choices=("auto", "off", "require"), default="auto",
+                     help="CUDA-graph capture of each step's plan on a device (default: "
+                          "auto; docs/CAPTURE.md): every decode step replays one recording")
     gen.add_argument("--memory-limit", type=positive, default=None, metavar="BYTES",
                      help="memory budget in bytes (weights, activations and KV cache)")
     gen.add_argument("--json", action="store_true",
@@ -81,7 +84,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     if not args.json:
         print("loading the model...", file=sys.stderr, flush=True)
-    options = SessionOptions(memory_limit=args.memory_limit)
+    options = SessionOptions(memory_limit=args.memory_limit, capture=args.capture)
     model = Model(args.folder, providers=args.provider or None, options=options)
     prompt: Any = args.prompt if args.prompt is not None else args.prompt_ids
     ts = stream(model, prompt, args.max_new_tokens,

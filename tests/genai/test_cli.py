@@ -36,6 +36,10 @@ def test_generate_refusals_exit_2(folders, capsys):
     assert cli.main(["generate", str(folders["growing"]), "--prompt-ids", "1,2",
                      "--max-new-tokens", "100", "--memory-limit", "1000", "--json"]) == 2
     assert json.loads(capsys.readouterr().out)["error"] == "CapacityUnavailable"
+    # --capture reaches the session: 'require' refuses a plan that runs on the host
+    assert cli.main(["generate", str(folders["growing"]), "--prompt-ids", "1,2",
+                     "--max-new-tokens", "2", "--capture", "require", "--json"]) == 2
+    assert json.loads(capsys.readouterr().out)["error"] == "CaptureError"
 
 
 def test_generate_help_names_its_options(capsys):
@@ -43,7 +47,7 @@ def test_generate_help_names_its_options(capsys):
         cli.main(["generate", "--help"])
     text = capsys.readouterr().out
     for flag in ("--prompt", "--prompt-ids", "--max-new-tokens", "--provider", "--json",
-                 "--do-sample", "--temperature", "--top-k", "--top-p", "--seed"):
+                 "--do-sample", "--temperature", "--top-k", "--top-p", "--seed", "--capture"):
         assert flag in text
     with pytest.raises(SystemExit):
         cli.main(["--help"])
