@@ -22,7 +22,7 @@ __version__ = "0.1.0"
 _EXPORTS: dict[str, str] = {
     **{name: "onnx_ep.core.kernel" for name in (
         "Aliases", "Binds", "CaptureSupport", "ExecutionContext", "InfersOutputs", "Kernel",
-        "NodeMeta", "OpKey", "Parity", "Support", "SupportsNode", "TensorSpec",
+        "NodeMeta", "OpKey", "Parity", "Prepares", "Support", "SupportsNode", "TensorSpec",
         "WorkspaceLifetime", "WorkspaceRequirement", "WorkspaceView", "check_kernel",
         "uncaptured_route")},
     **{name: "onnx_ep.core.provider" for name in (
@@ -83,6 +83,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
         NodeMeta,
         OpKey,
         Parity,
+        Prepares,
         Support,
         SupportsNode,
         TensorSpec,

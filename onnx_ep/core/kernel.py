@@ -9,10 +9,11 @@ When the core calls a kernel (each member's docstring repeats its own line):
 1. *Registration* (once per plugin manager): ``register(kernel, provider=...)`` runs
    :func:`check_kernel` on the required members (:class:`Kernel`) and on every optional
    member the kernel defines (:class:`SupportsNode`, :class:`Binds`,
-   :class:`InfersOutputs`, :class:`Aliases`).
+   :class:`InfersOutputs`, :class:`Aliases`, :class:`Prepares`).
 2. *Placement* (when a ``Session`` is created): for each node whose :class:`OpKey`
    matches, ``supports(meta)`` may decline with a reason; the node then goes to the next
-   provider. The node's runner is ``bind(meta)`` when defined, else the kernel itself.
+   provider. The node's runner is ``bind(meta)`` when defined, else the kernel itself;
+   right after, the session reserves the runner's ``prepared_nbytes()`` (:class:`Prepares`).
 3. *Planning* (once per shape signature, before the first run at it):
    ``infer_outputs(meta)`` where onnx's shape inference left an output unsized,
    ``aliases`` on a device, and ``workspace_requirement(meta)``.
@@ -401,6 +402,23 @@ class Binds(Protocol):
 
 
 @runtime_checkable
+class Prepares(Protocol):
+    """Optional, on the object ``bind`` returns: data derived once from the node's constant
+    inputs (``meta.constants``), such as dequantized or widened weights, and kept for the
+    session's life so that no run derives it again."""
+
+    def prepared_nbytes(self) -> int:
+        """Bytes this runner derived at bind and holds; 0 when it prepared nothing.
+
+        Called by the session once per placed node, right after placement. The session
+        reserves the sum under ``Role.WEIGHTS`` in its own name (host bytes on the host's
+        ledger, a device runner's on its device's) and releases them when it closes, so the
+        ledger accounts for every copy a kernel keeps beside the model's initializers.
+        """
+        ...
+
+
+@runtime_checkable
 class InfersOutputs(Protocol):
     """Optional: output specs from input specs, where onnx's shape inference gives none."""
 
@@ -433,14 +451,15 @@ class Aliases(Protocol):
 REQUIRED_KERNEL_METHODS = ("capture_support", "workspace_requirement", "execute_with_workspace")
 
 
-OPTIONAL_KERNEL_METHODS = ("supports", "bind", "infer_outputs")
+OPTIONAL_KERNEL_METHODS = ("supports", "bind", "infer_outputs", "prepared_nbytes")
 
 
 def check_kernel(obj: Any) -> str | None:
     """Return why ``obj`` breaks the Kernel protocol, or ``None`` when it satisfies it.
 
     Checks the required members (:class:`Kernel`) and each optional member ``obj`` has
-    (:class:`SupportsNode`, :class:`Binds`, :class:`InfersOutputs`, :class:`Aliases`).
+    (:class:`SupportsNode`, :class:`Binds`, :class:`InfersOutputs`, :class:`Aliases`,
+    :class:`Prepares`).
     """
     key = getattr(obj, "key", None)
     if not isinstance(key, OpKey):

@@ -8,13 +8,14 @@ a :class:`CopyStep` is inserted and the consumer reads the copy.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
 
 from onnx_ep.core.graph import Graph, Node
 from onnx_ep.core.kernel import NodeMeta, TensorSpec
+from onnx_ep.core.memory import DeviceMemoryAuthority, Reservation, Role, authority_for
 from onnx_ep.core.provider import Provider
 from onnx_ep.core.registry import KernelRegistry, bind_kernel
 
@@ -268,3 +269,35 @@ def place(graph: Graph, registry: KernelRegistry, providers: Sequence[str],
     deferred_to = {registry.providers[s.deferred].device for s in steps
                    if isinstance(s, PlacedNode) and s.deferred}
     return Placement(feeds + steps, uploads, outputs, fallbacks, deferred_to)
+
+
+
+def reserve_prepared(placements: Iterable[Placement], authority: DeviceMemoryAuthority,
+                     holder: str, undo: Sequence[Reservation] = ()) -> list[Reservation]:
+    """Reserve under ``Role.WEIGHTS`` for ``holder`` what the placed runners derived from
+    constants at bind (their optional ``prepared_nbytes()``,
+    :class:`~onnx_ep.core.kernel.Prepares`): a device's bytes on ``authority`` (the
+    session's), host bytes there too when it is the host's, else on the host's ledger.
+
+    :param undo: reservations to release as well when one of these is refused, so that a
+        session failing to load keeps nothing.
+    """
+    by_device: dict[str, int] = {}
+    for placement in placements:
+        for s in placement.steps:
+            fn = getattr(s.kernel, "prepared_nbytes", None) \
+                if isinstance(s, PlacedNode) else None
+            n = int(fn()) if fn is not None else 0
+            if n:
+                by_device[s.device] = by_device.get(s.device, 0) + n
+    out: list[Reservation] = []
+    try:
+        for dev, nbytes in by_device.items():
+            ledger = authority if dev != HOST or authority.device == HOST \
+                else authority_for(HOST)
+            out.append(ledger.reserve(nbytes, Role.WEIGHTS, holder))
+    except BaseException:
+        for r in [*out, *undo]:
+            r.release()
+        raise
+    return out

@@ -36,7 +36,7 @@ from onnx_ep.core.kernel import TensorSpec, WorkspaceView
 from onnx_ep.core.memory import Fit, Reservation, Role, allocate_host, authority_for
 from onnx_ep.core.options import RunOptions, SessionOptions
 from onnx_ep.core.pager import WeightStore
-from onnx_ep.core.placement import place
+from onnx_ep.core.placement import place, reserve_prepared
 from onnx_ep.core.plan_cache import PlanCache
 from onnx_ep.core.planner import (
     ExecutionPlan,
@@ -194,6 +194,8 @@ class Session:
                                  runtimes={dev: self._device.runtime}, device_constants=consts)
             self._device.adopt(prog)     # placed weights, once the memory policy placed them
         self._programs[(host_only, promoted)] = prog
+        if hasattr(self, "_held"):      # placed after the memory setup charged the others
+            self._held += reserve_prepared([prog.placement], self._authority, self.holder)
         return prog
 
     # ---------------------------------------------------------------- memory
@@ -244,6 +246,8 @@ class Session:
             # host weights, resident for the session's life (a device binding reserves its own)
             self._held.append(self._authority.reserve(self._graph.weight_bytes, Role.WEIGHTS,
                                                       self.holder))
+        self._held += reserve_prepared([p.placement for p in self._programs.values()],
+                                       self._authority, self.holder, undo=self._held)
         self._persistent: Reservation | None = None
         self._persistent_buf: np.ndarray | None = None
         # a weight window (streaming) or a device stream and arena serve one run at a time;

@@ -8,11 +8,13 @@ tolerance. Integer products accumulate in the input type (wrapping) and are exac
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
-from onnx_ep.core.kernel import ExecutionContext, Parity
+from onnx_ep.core.kernel import ExecutionContext, NodeMeta, Parity
 from onnx_ep.providers.cpu_reference.base import CpuKernel
-from onnx_ep.providers.cpu_reference.dot import matmul, wide
+from onnx_ep.providers.cpu_reference.dot import Prepared, matmul, prepare_wide, wide
 from onnx_ep.providers.cpu_reference.lowfloat import round_to
 
 #: another provider's accumulation order differs from the float64-accumulated reference
@@ -35,7 +37,27 @@ def _matmul_shape_error(a: np.ndarray, b: np.ndarray) -> str | None:
     return None
 
 
-class MatMul(CpuKernel):
+class _WidensConstantB(CpuKernel):
+    """Binds a constant float B (the weight) widened to float64 once (``dot.py``)."""
+
+    _b: Prepared | None = None
+
+    def bind(self, meta: NodeMeta) -> _WidensConstantB | None:
+        prepared = prepare_wide(meta.constant(1))
+        if prepared is None:
+            return None
+        bound = copy.copy(self)
+        bound._b = prepared
+        return bound
+
+    def prepared_nbytes(self) -> int:
+        return 0 if self._b is None else self._b.nbytes
+
+    def wide_b(self, b: np.ndarray) -> np.ndarray | None:
+        return None if self._b is None else self._b.of(b)
+
+
+class MatMul(_WidensConstantB):
     """numpy matmul semantics (1-D operands promoted then squeezed; batch broadcast)."""
 
     parity = MATMUL_PARITY
@@ -46,10 +68,10 @@ class MatMul(CpuKernel):
         why = _matmul_shape_error(a, b)
         if why:
             raise self.fail(ctx, why)
-        return matmul(a, b)
+        return matmul(a, b, wide_b=self.wide_b(b))
 
 
-class Gemm(CpuKernel):
+class Gemm(_WidensConstantB):
     """Y = alpha * A' B' + beta * C, with A' = A^T if transA, B' = B^T if transB."""
 
     parity = MATMUL_PARITY
@@ -58,16 +80,18 @@ class Gemm(CpuKernel):
             c: np.ndarray | None = None) -> np.ndarray:
         if a.ndim != 2 or b.ndim != 2:
             raise self.fail(ctx, f"A and B must be 2-D, got shapes {a.shape} and {b.shape}")
+        wb = self.wide_b(b)
         if ctx.node.attr("transA", 0):
             a = a.T
         if ctx.node.attr("transB", 0):
             b = b.T
+            wb = None if wb is None else wb.T
         if a.shape[1] != b.shape[0]:
             raise self.fail(ctx, f"inner dimensions differ: A' is {a.shape}, B' is {b.shape}")
         alpha = ctx.node.attr("alpha", 1.0)
         beta = ctx.node.attr("beta", 1.0)
         m, n = a.shape[0], b.shape[1]
-        wa, wb = wide(a), wide(b)
+        wa, wb = wide(a), wide(b) if wb is None else wb
         acc = np.matmul(wa, wb)
         if wa.dtype.kind in "iu":
             # integer Gemm: scale in float64 only when alpha/beta are not 1, then truncate

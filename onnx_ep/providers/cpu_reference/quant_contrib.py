@@ -17,8 +17,11 @@ implementation to quantize A; onnxruntime's CPU does at level 4, see docs/PARITY
 Numerics: each weight is dequantized in float64 (exact for integer zero points: a code
 difference of at most 9 bits times a scale of at most 24 significant bits), the K-sum and
 the bias are float64, and the result is rounded once to A's dtype, as ``FusedMatMul``.
-Nothing is cached between calls: the weights are dequantized on the fly, a chunk of rows
-at a time, into step-scoped workspace that the plan accounts for (:func:`nbits_plan`).
+When B, the scales and the zero points (and g_idx) are initializers, the float64 weights
+are dequantized once at bind and held for the session (``prepared_nbytes``, charged to its
+ledger): the same values in the same product as dequantizing per call. Otherwise they are
+dequantized on the fly, a chunk of rows at a time, into step-scoped workspace that the plan
+accounts for (:func:`nbits_plan`).
 
 ``GatherBlockQuantized(data, indices, scales, zero_points?) -> output``: Gather along
 ``gather_axis`` from ``data`` quantized in blocks of ``block_size`` along
@@ -185,12 +188,61 @@ class MatMulNBits(CpuKernel):
     def __init__(self, plan: NBitsPlan | None = None) -> None:
         super().__init__("MatMulNBits", since=1, domain=MS_DOMAIN, dtypes=NBITS_DTYPES)
         self.plan = plan
+        #: constant (B, scales, zero_points, g_idx) and their float64 W [N, K], from bind
+        self._sources: tuple[Any, ...] = ()
+        self._w: np.ndarray | None = None
 
     def supports(self, meta: NodeMeta) -> Support:
         return _support_nbits(meta)
 
     def bind(self, meta: NodeMeta) -> MatMulNBits:
-        return MatMulNBits(nbits_plan(meta))
+        bound = MatMulNBits(nbits_plan(meta))
+        bound._prepare(meta)
+        return bound
+
+    def prepared_nbytes(self) -> int:
+        return 0 if self._w is None else int(self._w.nbytes)
+
+    def _prepare(self, meta: NodeMeta) -> None:
+        """Dequantize constant weights once (see the module docstring); an input that is
+        not constant, or that the run would refuse, leaves them to each run."""
+        plan = self.plan
+        sources = tuple(meta.constant(i) for i in range(1, 5))
+        b, scales, zero_points, g_idx = sources
+        if (plan is None or b is None or scales is None
+                or (zero_points is None and len(meta.inputs) > 3 and meta.inputs[3] is not None)
+                or (g_idx is None and len(meta.inputs) > 4 and meta.inputs[4] is not None)):
+            return
+        ctx = ExecutionContext(meta)
+        try:
+            self._check_b(ctx, b, plan)
+            if not b.size:
+                return
+            # A's dtype may be unknown here: the run uses W only when A is the scales' dtype
+            scale64, zp64 = self._params(ctx, np.asarray(scales), scales, zero_points, plan)
+            cols = None if g_idx is None else self._g_idx(ctx, g_idx, plan)
+        except NodeError:
+            return
+        w = np.empty((plan.n, plan.padded_k), np.float64)
+        codes = np.empty((plan.rows, plan.padded_k), np.uint8)
+        for r0 in range(0, plan.n, plan.rows):
+            rows = slice(r0, min(plan.n, r0 + plan.rows))
+            _dequantize(w[rows], b, scale64, zp64, cols, plan, rows, codes)
+        self._w = np.ascontiguousarray(w[:, :plan.k]) if plan.padded_k != plan.k else w
+        self._w.flags.writeable = False
+        self._sources = sources
+
+    def _prepared(self, *inputs: Any) -> np.ndarray | None:
+        """The bound W when every weight input is still the constant it was made from."""
+        if self._w is None:
+            return None
+        for x, src in zip(inputs, self._sources):
+            if x is not src and not (src is not None and isinstance(x, np.ndarray)
+                                     and x.shape == src.shape and x.dtype == src.dtype
+                                     and x.strides == src.strides
+                                     and x.ctypes.data == src.ctypes.data):
+                return None
+        return self._w
 
     def workspace_requirement(self, meta: NodeMeta) -> WorkspaceRequirement:
         b = meta.inputs[1] if len(meta.inputs) > 1 else None
@@ -217,6 +269,24 @@ class MatMulNBits(CpuKernel):
             raise self.fail(ctx, f"A dtype {a.dtype} is not one of {_names(NBITS_DTYPES)}")
         if a.ndim < 1 or a.shape[-1] != plan.k:
             raise self.fail(ctx, f"A {a.shape} must have a last dim of K={plan.k}")
+        bias64 = self._bias(ctx, a, bias, plan)
+        w = self._prepared(b, scales, zero_points, g_idx) if a.dtype == scales.dtype else None
+        if w is not None:
+            y = np.matmul(w, wide(a).reshape(-1, plan.k).T)
+        else:
+            self._check_b(ctx, b, plan)
+            y = np.zeros((plan.n, int(np.prod(a.shape[:-1], dtype=np.int64))), np.float64)
+            if b.size:
+                scale64, zp64 = self._params(ctx, a, scales, zero_points, plan)
+                cols = None if g_idx is None else self._g_idx(ctx, g_idx, plan)
+                self._accumulate(y, wide(a).reshape(-1, plan.k), b, scale64, zp64, cols,
+                                 plan, workspace)
+        out = y.T
+        if bias64 is not None:
+            out = out + bias64
+        return round_to(out.reshape(a.shape[:-1] + (plan.n,)), a.dtype)
+
+    def _check_b(self, ctx: ExecutionContext, b: np.ndarray, plan: NBitsPlan) -> None:
         if b.dtype != _U8:
             raise self.fail(ctx, f"B must be uint8, got {b.dtype}")
         want = (plan.n, plan.n_blocks, plan.blob)
@@ -224,17 +294,6 @@ class MatMulNBits(CpuKernel):
             raise self.fail(ctx, f"B {b.shape} must have shape {want} (N, ceil(K / "
                                  f"block_size), block_size * bits / 8), a dim of 0 at most "
                                  f"for an omitted projection")
-        bias64 = self._bias(ctx, a, bias, plan)
-        y = np.zeros((plan.n, int(np.prod(a.shape[:-1], dtype=np.int64))), np.float64)
-        if b.size:
-            scale64, zp64 = self._params(ctx, a, scales, zero_points, plan)
-            cols = None if g_idx is None else self._g_idx(ctx, g_idx, plan)
-            self._accumulate(y, wide(a).reshape(-1, plan.k), b, scale64, zp64, cols, plan,
-                             workspace)
-        out = y.T
-        if bias64 is not None:
-            out = out + bias64
-        return round_to(out.reshape(a.shape[:-1] + (plan.n,)), a.dtype)
 
     def _bias(self, ctx: ExecutionContext, a: np.ndarray, bias: np.ndarray | None,
               plan: NBitsPlan) -> np.ndarray | None:
@@ -296,30 +355,36 @@ class MatMulNBits(CpuKernel):
         else:
             w_buf = workspace.array(np.float64, shape)
             c_buf = workspace.array(np.uint8, c_shape, offset=plan.nbytes - plan.codes_nbytes)
-        per_block = cols is None
         for r0 in range(0, plan.n, plan.rows):
             r1 = min(plan.n, r0 + plan.rows)
-            rows = slice(r0, r1)
-            packed = b[rows].reshape(r1 - r0, -1)
-            if plan.bits == 8:
-                codes = packed
-            else:
-                codes = c_buf[: r1 - r0]
-                unpack_into(packed, plan.bits, codes)
             w = w_buf[: r1 - r0]
-            zp = zp64 if np.ndim(zp64) == 0 else zp64[rows]  # type: ignore[index]
-            if per_block:
-                w3 = w.reshape(r1 - r0, plan.n_blocks, plan.block)
-                zp_b = zp if np.ndim(zp) == 0 else zp[:, :, None]
-                np.subtract(codes.reshape(w3.shape), zp_b, out=w3)
-                w3 *= scale64[rows, :, None]
-                wk = w[:, : plan.k]
-            else:
-                wk = w[:, : plan.k]
-                zp_k = zp if np.ndim(zp) == 0 else zp[:, cols]
-                np.subtract(codes[:, : plan.k], zp_k, out=wk)
-                wk *= scale64[rows][:, cols]
-            np.matmul(wk, a64.T, out=y[rows])
+            _dequantize(w, b, scale64, zp64, cols, plan, slice(r0, r1), c_buf)
+            np.matmul(w[:, : plan.k], a64.T, out=y[r0:r1])
+
+
+def _dequantize(w: np.ndarray, b: np.ndarray, scale64: np.ndarray, zp64: np.ndarray | float,
+                cols: np.ndarray | None, plan: NBitsPlan, rows: slice,
+                c_buf: np.ndarray) -> None:
+    """``w[:, :K] = (code - zero_point) * scale`` in float64 for weight ``rows`` (the
+    codes are unpacked into ``c_buf``, which has room for them unless ``bits`` is 8)."""
+    n = rows.stop - rows.start
+    packed = b[rows].reshape(n, -1)
+    if plan.bits == 8:
+        codes = packed
+    else:
+        codes = c_buf[:n]
+        unpack_into(packed, plan.bits, codes)
+    zp = zp64 if np.ndim(zp64) == 0 else zp64[rows]  # type: ignore[index]
+    if cols is None:
+        w3 = w.reshape(n, plan.n_blocks, plan.block)
+        zp_b = zp if np.ndim(zp) == 0 else zp[:, :, None]
+        np.subtract(codes.reshape(w3.shape), zp_b, out=w3)
+        w3 *= scale64[rows, :, None]
+    else:
+        wk = w[:, : plan.k]
+        zp_k = zp if np.ndim(zp) == 0 else zp[:, cols]
+        np.subtract(codes[:, : plan.k], zp_k, out=wk)
+        wk *= scale64[rows][:, cols]
 
 
 # ---------------------------------------------------------------- GatherBlockQuantized

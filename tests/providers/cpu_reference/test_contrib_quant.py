@@ -520,3 +520,21 @@ def test_both_kernels_are_registered_in_onnxruntimes_domain() -> None:
     keys = {str(k.key) for k in KERNELS}
     assert all(k.key.domain == MS and k.key.since == 1 for k in KERNELS), keys
     assert {k.key.op_type for k in KERNELS} == {"MatMulNBits", "GatherBlockQuantized"}
+
+
+@pytest.mark.parametrize("zp, g_idx", [("packed", False), ("float", False), (None, True)])
+def test_constant_weights_are_dequantized_once_charged_and_give_the_same_bits(
+        zp: str | None, g_idx: bool) -> None:
+    """Initializer weights: W is dequantized at bind and held (the ledger shows its N * K
+    float64), with the bits of dequantizing on every call (the weights fed instead)."""
+    case = NBits(k=200, n=700, block=32, a_shape=(2, 3, 200), zp=zp, g_idx=g_idx, bias=True,
+                 seed=21)
+    s = Session(case.model, providers=["cpu_reference"])
+    held = s.resources()["ledger"]["by_holder"][s.holder]["weights"]
+    stored = sum(v.nbytes for n, v in case.inputs if v is not None and n != "a")
+    assert held == -(-stored // 64) * 64 + case.n * case.k * 8
+    fed = one_node("MatMulNBits", case.inputs, [n for n, _ in case.inputs], K=case.k,
+                   N=case.n, bits=case.bits, block_size=case.block)
+    per_call = ours(fed, {n: v for n, v in case.inputs if v is not None})
+    for _ in range(2):
+        np.testing.assert_array_equal(s.run(None, {"a": case.a})[0], per_call)
