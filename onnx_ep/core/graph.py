@@ -256,6 +256,9 @@ def infer(model: onnx.ModelProto, *, check: bool = False) -> onnx.ModelProto:
             # an op whose inputs disagree is left to its kernel's typed error at run time
             if ("Inferred elem type differs from existing" in msg
                     or "Inferred shape and existing shape differ" in msg):
+                hintless = _without_contradicted_hints(model, data_prop)
+                if hintless is not None:
+                    return infer(hintless, check=True)
                 what = msg.split("Inference error(s): ", 1)[-1].strip().splitlines()[0]
                 raise ModelError(f"a declared type or shape contradicts onnx's shape "
                                  f"inference: {what}") from exc
@@ -296,6 +299,40 @@ def infer_node(node: Node, opset: int, inputs: Sequence[TensorSpec | None],
         out.append(v.spec if v is not None and v.spec is not None and v.spec.is_static
                    else None)
     return out
+
+
+def _without_contradicted_hints(model: onnx.ModelProto,
+                                data_prop: bool) -> onnx.ModelProto | None:
+    """``model`` without the ``graph.value_info`` shapes inference contradicts, or ``None``
+    when there are none. Those entries annotate intermediates (not the graph's inputs or
+    outputs); onnxruntime replaces a contradicted one with the inferred shape and loads the
+    model (a warning in its log). onnxruntime-genai's model builder declares every Constant
+    output as a scalar, whatever its shape."""
+    bare = onnx.ModelProto()
+    bare.CopyFrom(model)
+    del bare.graph.value_info[:]
+    try:
+        inferred = onnx.shape_inference.infer_shapes(bare, strict_mode=False,
+                                                     data_prop=data_prop)
+    except Exception:  # noqa: BLE001 - then the contradiction stands
+        return None
+    found = {v.name: v.type for v in inferred.graph.value_info}
+
+    def dims(tp: onnx.TypeProto | None) -> list[int | None] | None:
+        if tp is None or tp.WhichOneof("value") != "tensor_type" \
+                or not tp.tensor_type.HasField("shape"):
+            return None
+        return [d.dim_value if d.HasField("dim_value") else None for d in tp.tensor_type.shape.dim]
+
+    def agrees(a: list[int | None] | None, b: list[int | None] | None) -> bool:
+        return a is None or b is None or (len(a) == len(b) and all(
+            x is None or y is None or x == y for x, y in zip(a, b)))
+
+    keep = [v for v in model.graph.value_info if agrees(dims(v.type), dims(found.get(v.name)))]
+    if len(keep) == len(model.graph.value_info):
+        return None
+    bare.graph.value_info.extend(keep)
+    return bare
 
 
 def _short_or_not_1d(tp: onnx.TypeProto) -> bool:
