@@ -540,6 +540,34 @@ def _grouped(name: str, view: View) -> tuple[str, list[Node]] | None:
     return kv, [u, e, r]
 
 
+class GatherTransposed:
+    """``Gather(Transpose(w), indices, axis=0)`` of a matrix ``w`` [K, N] ->
+    ``onnx_ep.fused::TransposedGather(w, indices)``: out[..., k] = w[k, indices[...]].
+
+    onnxruntime-genai's builder ties a model's embedding to its lm_head this way: the
+    weight is stored once as the lm_head's [hidden, vocab] and the embedding lookup reads it
+    through a Transpose, which would otherwise transpose the whole weight on every step to
+    gather one row of it.
+    """
+
+    name = "gather_transposed"
+
+    def match(self, anchor: Node, view: View) -> Match | None:
+        if anchor.domain not in ("", "ai.onnx") or anchor.op_type != "Gather" or len(
+                anchor.inputs) != 2:
+            return None
+        trans = view.producer(anchor.inputs[0], "Transpose")
+        w = view.spec(trans.inputs[0]) if trans is not None else None
+        if w is None or len(w.shape) != 2 or list(trans.attrs.get("perm", [1, 0])) != [1, 0]:
+            return None
+        if int(anchor.attrs.get("axis", 0)) not in (0, -2):
+            return None
+        node = Node(name=f"{anchor.name}/gather_transposed", op_type="TransposedGather",
+                    domain=FUSED_DOMAIN, inputs=(trans.inputs[0], anchor.inputs[1]),
+                    outputs=(anchor.outputs[0],), attrs={})
+        return Match((trans, anchor), node)
+
+
 #: the rules :func:`fuse` applies unless given others
 BUILTIN_RULES: tuple[FusionRule, ...] = (RmsNorm(), RotaryHalf(), MatMulAdd(), SiluMul(),
-                                         ScaledMatMul())
+                                         ScaledMatMul(), GatherTransposed())

@@ -471,3 +471,66 @@ def test_every_rule_keeps_a_decoder_layers_outputs_on_the_reference(dtype, monke
         tol = 1e-5 if dtype == np.float32 else 2e-2
         np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64),
                                    rtol=tol, atol=tol)
+
+
+def _tied_embedding_model(other_reader: bool = False) -> onnx.ModelProto:
+    """The builder's tied embedding: Gather(Transpose(lm_head weight [K, N]), ids)."""
+    w = np.arange(4 * 10, dtype=F32).reshape(4, 10)
+    vi = helper.make_tensor_value_info
+    nodes = [helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0]),
+             helper.make_node("Gather", ["wt", "ids"], ["e"], axis=0),
+             helper.make_node("Relu", ["e"], ["y"])]
+    outs = [vi("y", TensorProto.FLOAT, [2, 3, 4])]
+    if other_reader:
+        nodes.append(helper.make_node("Relu", ["wt"], ["wt2"]))
+        outs.append(vi("wt2", TensorProto.FLOAT, [10, 4]))
+    g = helper.make_graph(nodes, "tied", [vi("ids", TensorProto.INT64, [2, 3])], outs,
+                          initializer=[numpy_helper.from_array(w, "w")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)],
+                             ir_version=ORACLE_IR_VERSION)
+
+
+class _AnyDtype(_Fused):
+    def supports(self, meta):
+        return Support.YES
+
+
+def _gather_plugin() -> FakeDevicePlugin:
+    plugin = FakeDevicePlugin(ops=("Relu",))
+    plugin.kernels["tg"] = _AnyDtype(FUSED_DOMAIN, "TransposedGather",
+                                     lambda w, ids: np.moveaxis(np.take(w, ids, axis=1), 0, -1))
+    return plugin
+
+
+def test_a_gather_of_a_transposed_matrix_reads_its_columns_without_the_transpose():
+    plugin = _gather_plugin()
+    s = onnx_ep.Session(_tied_embedding_model(), providers=["fake", "cpu_reference"],
+                        plugins=[plugin])
+    assert [n.op_type for n in s.graph.nodes] == ["TransposedGather", "Relu"]
+    ids = np.array([[0, 9, 3], [-1, 5, 5]], np.int64)
+    want = np.maximum(np.arange(40, dtype=F32).reshape(4, 10).T[ids], 0)
+    np.testing.assert_array_equal(s.run(None, {"ids": ids})[0], want)
+    assert plugin.kernels["tg"].calls == 1
+    # the reference computes the fused node as the graph the user gave (the oracle)
+    ref = onnx_ep.Session(_tied_embedding_model(), providers=["cpu_reference"])
+    np.testing.assert_array_equal(ref.run(None, {"ids": ids})[0], want)
+
+
+def test_the_transposed_gather_reference_kernel_matches_the_unfused_graph():
+    from onnx_ep.core.graph import Node
+    from onnx_ep.core.kernel import ExecutionContext
+    from onnx_ep.providers.cpu_reference.movement import TransposedGather
+
+    w = np.random.default_rng(3).standard_normal((5, 7)).astype(F32)
+    ids = np.array([[6, 0], [-7, 2]], np.int64)
+    node = Node(name="tg", op_type="TransposedGather", domain=FUSED_DOMAIN,
+                inputs=("w", "ids"), outputs=("y",), attrs={})
+    ctx = ExecutionContext(node)
+    np.testing.assert_array_equal(TransposedGather("TransposedGather").run(ctx, w, ids),
+                                  w.T[ids])
+
+
+def test_a_transpose_read_elsewhere_stays():
+    s = onnx_ep.Session(_tied_embedding_model(other_reader=True),
+                        providers=["fake", "cpu_reference"], plugins=[_gather_plugin()])
+    assert "TransposedGather" not in [n.op_type for n in s.graph.nodes]

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from onnx_ep.core.fusion import FUSED_DOMAIN
 from onnx_ep.core.kernel import ExecutionContext
 from onnx_ep.providers.cpu_reference.base import (
     CpuKernel,
@@ -254,7 +255,19 @@ class Gather(CpuKernel):
         return np.take(data, idx, axis=axis)
 
 
+class TransposedGather(CpuKernel):
+    """``onnx_ep.fused::TransposedGather(w, indices)``: ``Gather(Transpose(w), indices,
+    axis=0)`` of a matrix ``w`` [K, N] (the fusion pass's node, core/fusion.py)."""
+
+    def run(self, ctx: ExecutionContext, data: np.ndarray, indices: np.ndarray) -> np.ndarray:
+        if data.ndim != 2:
+            raise self.fail(ctx, f"data must be a matrix, got shape {data.shape}")
+        idx = checked_index(ctx, indices, data.shape[1], "indices")
+        return np.moveaxis(np.take(data, idx, axis=1), 0, -1)
+
+
 KERNELS: list[CpuKernel] = [
+    TransposedGather("TransposedGather", since=1, domain=FUSED_DOMAIN),
     Reshape("Reshape", since=1),
     Flatten("Flatten", since=1),
     Squeeze("Squeeze", since=1),

@@ -193,3 +193,33 @@ def test_concat_launches_once_per_group_of_inputs(cuda_device, monkeypatch, shap
     got = np.asarray(sess.run(None, feeds)[0])
     assert got.tobytes() == np.concatenate(xs, axis=axis).tobytes()
     assert len(calls) == launches
+
+
+@pytest.mark.parametrize("dtype", [*FLOATS.values(), np.dtype(np.int64)],
+                         ids=[*FLOATS, "int64"])
+@pytest.mark.parametrize("ids_dtype", [np.int64, np.int32])
+def test_a_tied_embedding_gathers_columns_without_transposing_the_weight(cuda_device, dtype,
+                                                                         ids_dtype):
+    """Gather(Transpose(w [K, N]), ids) fuses into one TransposedGather on cuda whose bytes
+    equal cpu_reference's run of the unfused graph."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    w = random((48, 1000), dtype, 5)
+    vi = helper.make_tensor_value_info
+    g = helper.make_graph(
+        [helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0]),
+         helper.make_node("Gather", ["wt", "ids"], ["y"], axis=0)], "tied",
+        [vi("ids", helper.np_dtype_to_tensor_dtype(np.dtype(ids_dtype)), [2, 3])],
+        [vi("y", helper.np_dtype_to_tensor_dtype(dtype), [2, 3, 48])],
+        initializer=[numpy_helper.from_array(w, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    onnx.checker.check_model(m)
+    s = Session(m, providers=["cuda"], options=SessionOptions(capture="off"))
+    assert [(n.op_type, n.domain) for n in s.graph.nodes] == [
+        ("TransposedGather", "onnx_ep.fused")]
+    for ids in (np.array([[0, 999, 3], [-1, 500, 500]]), np.array([[7, 7, 7], [0, 1, 2]])):
+        ids = ids.astype(ids_dtype)
+        ref = Session(m, providers=["cpu_reference"]).run(None, {"ids": ids})[0]
+        got = s.run(None, {"ids": ids})[0]
+        assert got.dtype == ref.dtype and got.tobytes() == ref.tobytes()

@@ -153,6 +153,23 @@ __device__ void gather(const T* __restrict__ x, const void* __restrict__ idx, in
     }
 }
 
+// TransposedGather (the fusion pass's Gather of a transposed matrix): y[j][r] = x[r][idx[j]]
+// for x [rows, cols]; an index out of range gives zeros, as gather above
+template <class T>
+__device__ void gather_cols(const T* __restrict__ x, const void* __restrict__ idx, int idx64,
+                            T* __restrict__ y, long long rows, long long cols, long long ni) {
+    long long n = ni * rows;
+    for (long long i = global_tid(); i < n; i += grid_threads()) {
+        long long j = i / rows, r = i - j * rows;
+        long long a = read_index(idx, j, idx64);
+        if (a < 0) a += cols;
+        T v;
+        if (a >= 0 && a < cols) v = x[r * cols + a];
+        else memset(&v, 0, sizeof(T));
+        y[i] = v;
+    }
+}
+
 // Tile: out index decomposed over out.size; input coordinate = out coordinate mod in dim
 template <class T>
 __device__ void tile(const T* __restrict__ x, T* __restrict__ y, Geo out, Geo in, long long n) {
@@ -192,6 +209,11 @@ extern "C" __global__ void gather_##S(const S##_t* x, const void* idx, int idx64
                                       long long outer, long long axis_dim, long long ni,    \
                                       long long inner) {                                    \
     gather<S##_t>(x, idx, idx64, y, outer, axis_dim, ni, inner);                            \
+}                                                                                           \
+extern "C" __global__ void gather_cols_##S(const S##_t* x, const void* idx, int idx64,      \
+                                           S##_t* y, long long rows, long long cols,          \
+                                           long long ni) {                                    \
+    gather_cols<S##_t>(x, idx, idx64, y, rows, cols, ni);                                     \
 }                                                                                           \
 extern "C" __global__ void tile_##S(const S##_t* x, S##_t* y, Geo out, Geo in, long long n) { \
     tile<S##_t>(x, y, out, in, n);                                                          \

@@ -558,6 +558,8 @@ class View(_Movement):
         self._views[key] = (x, view)
 
 
+from onnx_ep.providers.cuda.kernels.gather_transposed import TransposedGather  # noqa: E402
+
 KERNELS: list[CudaKernel] = [
     Transpose("Transpose"),
     Expand("Expand", since=8),
@@ -566,5 +568,7 @@ KERNELS: list[CudaKernel] = [
     Split("Split"),
     Slice("Slice"),
     Gather("Gather"),
+    # in its own module (this one's size); listed here, the family of cpu_reference's
+    TransposedGather(),
     *(View(op) for op in ("Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity")),
 ]
