@@ -67,6 +67,7 @@ def kernel_modules() -> tuple[ModuleType, ...]:
         activation,
         attention,
         cast,
+        contrib_attention,
         control_flow,
         conv,
         einsum,
@@ -80,6 +81,7 @@ def kernel_modules() -> tuple[ModuleType, ...]:
         movement,
         normalization,
         pool,
+        quant_contrib,
         quantize,
         reduce,
         resize,
@@ -90,7 +92,7 @@ def kernel_modules() -> tuple[ModuleType, ...]:
 
     return (cast, elementwise, activation, movement, shape, reduce, softmax, gemm, conv, pool,
             attention, loss, normalization, resize, indexing, einsum, quantize, fused,
-            fused_gemm, gated, control_flow, selection)
+            fused_gemm, gated, control_flow, selection, contrib_attention, quant_contrib)
 
 
 def is_available() -> Support:

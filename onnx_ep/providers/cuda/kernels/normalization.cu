@@ -1,7 +1,8 @@
 // Hardmax, LpNormalization, InstanceNormalization / GroupNormalization, BatchNormalization,
 // and onnxruntime's RMS normalizations (SimplifiedLayerNormalization,
 // SkipSimplifiedLayerNormalization: rms_norm_*, at the end, computed in float32 throughout;
-// what follows here holds for the others).
+// com.microsoft::SkipLayerNormalization: skip_layer_norm_*, after it, in float64; what
+// follows here holds for the others).
 //
 // W is the reference's compute type (cpu_reference/normalization.py, lowfloat.float_compute):
 // float32 for float32/float16/bfloat16, float64 for float64. Every step the reference takes
@@ -288,6 +289,109 @@ __device__ void rms_norm(const T* __restrict__ x, const T* __restrict__ skip,
     }
 }
 
+// ------------------------------------------------------------------ SkipLayerNormalization
+// com.microsoft::SkipLayerNormalization, one block per row like rms_norm, in float64 (the
+// reference's type: the narrow inputs are widened exactly, the sums are the only
+// difference):
+//   s = x + skip (+ bias)                     in double (exact for float16 / bfloat16)
+//   mean = sum(s) / cols, var = sum((s - mean)^2) / cols   (block_reduce's fixed tree)
+//   inv = 1 / sqrt(var + eps)
+//   y = (s - mean) * inv * gamma (+ beta)     rounded once to T
+// sum_out = s rounded once to T, mean_out / inv_out = mean / inv rounded to float; null
+// outputs are skipped. The row is read three times (mean, variance, output) and s is
+// recomputed with the same operations each time. V as rms_norm.
+
+template <class T, int V>
+__device__ __forceinline__ void sln_load(const T* __restrict__ p, double (&d)[V]) {
+    float f[V];
+    rms_load<T, V>(p, f);
+#pragma unroll
+    for (int k = 0; k < V; ++k) d[k] = to_f64(f[k]);
+}
+
+template <class T, int V>
+__device__ __forceinline__ void sln_store(T* __restrict__ p, const double (&d)[V]) {
+    if constexpr (V * sizeof(T) == 16) {
+        __align__(16) T t[V];
+#pragma unroll
+        for (int k = 0; k < V; ++k) t[k] = round_from64<T>(d[k]);
+        *reinterpret_cast<uint4*>(p) = *reinterpret_cast<const uint4*>(t);
+    } else {
+#pragma unroll
+        for (int k = 0; k < V; ++k) p[k] = round_from64<T>(d[k]);
+    }
+}
+
+// s at columns [c, c + V) of a row: (x + skip) (+ bias) in double
+template <class T, int V>
+__device__ __forceinline__ void sln_sum(const T* __restrict__ xr, const T* __restrict__ sr,
+                                        const T* __restrict__ bias, long long c,
+                                        double (&s)[V]) {
+    double t[V];
+    sln_load<T, V>(xr + c, s);
+    sln_load<T, V>(sr + c, t);
+#pragma unroll
+    for (int k = 0; k < V; ++k) s[k] = s[k] + t[k];
+    if (bias) {
+        sln_load<T, V>(bias + c, t);
+#pragma unroll
+        for (int k = 0; k < V; ++k) s[k] = s[k] + t[k];
+    }
+}
+
+template <class T, int V>
+__device__ void skip_layer_norm(const T* __restrict__ x, const T* __restrict__ skip,
+                                const T* __restrict__ bias, const T* __restrict__ gamma,
+                                const T* __restrict__ beta, T* __restrict__ y,
+                                T* __restrict__ sum_out, float* __restrict__ mean_out,
+                                float* __restrict__ inv_out, long long rows, long long cols,
+                                long long skip_rows, float eps) {
+    __shared__ double red[EP_BLOCK];
+    const long long nv = cols / V;
+    const double n = (double)cols;
+    for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
+        const T* xr = x + row * cols;
+        const T* sr = skip + (row % skip_rows) * cols;
+        double acc = 0.0;
+        for (long long j = threadIdx.x; j < nv; j += blockDim.x) {
+            double s[V];
+            sln_sum<T, V>(xr, sr, bias, j * V, s);
+            if (sum_out) sln_store<T, V>(sum_out + row * cols + j * V, s);
+#pragma unroll
+            for (int k = 0; k < V; ++k) acc = acc + s[k];
+        }
+        const double mean = block_reduce<SumOp>(acc, red) / n;
+        acc = 0.0;
+        for (long long j = threadIdx.x; j < nv; j += blockDim.x) {
+            double s[V];
+            sln_sum<T, V>(xr, sr, bias, j * V, s);
+#pragma unroll
+            for (int k = 0; k < V; ++k) {
+                const double d = s[k] - mean;
+                acc = acc + d * d;
+            }
+        }
+        const double inv = 1.0 / sqrt(block_reduce<SumOp>(acc, red) / n + (double)eps);
+        for (long long j = threadIdx.x; y && j < nv; j += blockDim.x) {
+            double s[V], g[V];
+            sln_sum<T, V>(xr, sr, bias, j * V, s);
+            sln_load<T, V>(gamma + j * V, g);
+#pragma unroll
+            for (int k = 0; k < V; ++k) s[k] = (s[k] - mean) * inv * g[k];
+            if (beta) {
+                sln_load<T, V>(beta + j * V, g);
+#pragma unroll
+                for (int k = 0; k < V; ++k) s[k] = s[k] + g[k];
+            }
+            sln_store<T, V>(y + row * cols + j * V, s);
+        }
+        if (threadIdx.x == 0) {
+            if (mean_out) mean_out[row] = round_from64<float>(mean);
+            if (inv_out) inv_out[row] = round_from64<float>(inv);
+        }
+    }
+}
+
 // ------------------------------------------------------------------ instantiation
 #define EP_RMS_NORM(T, S, V)                                                                \
 extern "C" __global__ void rms_norm_v##V##_##S(const T* x, const T* skip, const T* bias,    \
@@ -304,6 +408,21 @@ EP_RMS_NORM(f16, f16, 1)
 EP_RMS_NORM(f16, f16, 8)
 EP_RMS_NORM(bf16, bf16, 1)
 EP_RMS_NORM(bf16, bf16, 8)
+
+#define EP_SKIP_LAYER_NORM(T, S, V)                                                         \
+extern "C" __global__ void skip_layer_norm_v##V##_##S(const T* x, const T* skip,            \
+        const T* bias, const T* gamma, const T* beta, T* y, T* sum_out, float* mean_out,    \
+        float* inv_out, long long rows, long long cols, long long skip_rows, float eps) {   \
+    skip_layer_norm<T, V>(x, skip, bias, gamma, beta, y, sum_out, mean_out, inv_out, rows,  \
+                          cols, skip_rows, eps);                                            \
+}
+
+EP_SKIP_LAYER_NORM(float, f32, 1)
+EP_SKIP_LAYER_NORM(float, f32, 4)
+EP_SKIP_LAYER_NORM(f16, f16, 1)
+EP_SKIP_LAYER_NORM(f16, f16, 8)
+EP_SKIP_LAYER_NORM(bf16, bf16, 1)
+EP_SKIP_LAYER_NORM(bf16, bf16, 8)
 
 #define EP_NORM(T, S)                                                                       \
 extern "C" __global__ void hardmax_##S(const T* x, T* y, long long outer, long long dim,    \

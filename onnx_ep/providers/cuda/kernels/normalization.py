@@ -1,6 +1,7 @@
 """Hardmax, LpNormalization, InstanceNormalization, GroupNormalization, BatchNormalization
 and onnxruntime's RMS normalizations (SimplifiedLayerNormalization,
-com.microsoft::SkipSimplifiedLayerNormalization) on CUDA (``normalization.cu``).
+com.microsoft::SkipSimplifiedLayerNormalization) on CUDA (``normalization.cu``, which also
+holds com.microsoft::SkipLayerNormalization's skip_layer_norm_*).
 
 Each replays cpu_reference/normalization.py in its compute type W (float32 for float32 and
 narrower, float64 for float64), one IEEE operation per reference step:
@@ -17,6 +18,10 @@ narrower, float64 for float64), one IEEE operation per reference step:
   float32 arithmetic throughout (the reference computes in float64): ``rtol=1e-4,
   atol=1e-5`` (+ one ulp for float16/bfloat16). float32, float16 and bfloat16 only, one
   launch per call, one block per row.
+- com.microsoft::SkipLayerNormalization: skip_layer_norm_* of normalization.cu, the same
+  machinery with the mean subtracted and an optional beta, in float64 like the reference;
+  its kernel class, :class:`~.contrib_attention.SkipLayerNorm`, is registered beside
+  cpu_reference's (contrib_attention.py).
 
 Scale, B, mean and var must have X's dtype (declined otherwise). Statistics use one block
 per row/channel with a fixed reduction tree: deterministic, no atomics.

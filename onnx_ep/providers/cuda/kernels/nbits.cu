@@ -1,0 +1,528 @@
+// onnxruntime's block-quantized weight ops (com.microsoft): MatMulNBits and
+// GatherBlockQuantized (cpu_reference/quant_contrib.py is the oracle).
+//
+// MatMulNBits: W[n, k] = (code[n, k] - zp[n, b]) * scale[n, b], b = k / block_size; codes of
+// BITS (2, 4, 8) packed low bits first, row n of B is its padded_k * BITS / 8 bytes, contiguous.
+// Zero points: zp_mode 0 none (2^(BITS-1)), 1 packed uint8 like B (a row of zp_row_bytes), 2 of
+// T (T is A's type, also the scales' and the bias'). Codes past K (the last block's padding)
+// are never used.
+//
+// - nbits_gemv_b<BITS>_m<MAXM>_<T>: Y = A W^T (+ bias) for M <= MAXM rows of A (decode).
+//   Reads B in its stored layout, 16 bytes a load (the host takes this route only for rows of
+//   whole 16-byte chunks, and B 16-byte aligned): tpr threads per output row n (8..256, a
+//   power of two), thread t takes the row's 16-byte chunks t, t + tpr, ..., UNROLL (4 for
+//   one row of A, 2 for up to 4, 1 for 8) loads in flight per pass; the host picks tpr so a
+//   row is one pass. A is not staged: each chunk reads its 128 / BITS values of A straight
+//   from global memory (16-byte loads when A's rows are 16-byte aligned; L1-prefetched when
+//   the chunk's B load is issued), the sum of each 16 of them computed on the fly for a
+//   zero point of T. Each 16-code group lies in one quantization block (block_size is a
+//   power of two >= 16): its codes become exact floats by the magic-number trick (byte |
+//   0x4B000000 is 2^23 + byte), minus the zero point's integer part, exactly; a float32 dot
+//   product with A (two partial sums) per block is scaled once, a fractional zero point (of
+//   T) enters through the group's sum of A. Lanes of a row reduce by xor shuffles, rows of
+//   more than 32 threads through shared memory, always in the same order (deterministic).
+//   The bias (loaded with the first chunks) is added in float32, the sum rounded once to T.
+// - nbits_dequant_b<BITS>_<T>: W rows [n0, n0 + rows) as T ([rows, K], float32 arithmetic,
+//   rounded once), the operand of the cuBLASLt GEMM of large M (prefill).
+// - nbits_scatter_b16 / _b32: a [M, cols] block into columns [n0, n0 + cols) of Y [M, N].
+//
+// GatherBlockQuantized, gbq_<data>_<index>_<T>: one thread per output element; data int4 /
+// uint4 (one element per byte, low nibble, as ml_dtypes stores them) or uint8 holding
+// 8 / bits codes along the last axis. (code - zp) * scale in float64, rounded once: exact.
+#include "ep_float.cuh"
+#include "ep_geo.cuh"
+
+using namespace ep;
+
+// the most threads of a gemv block (the host launches 64, 128 or 256)
+#define NB_THREADS 256
+
+// one MatMulNBits call's geometry (Python: nbits.NbGeo); by value
+struct NbGeo {
+    long long n;       // N, output columns (rows of B)
+    int k;             // K
+    int padded_k;      // K rounded up to whole blocks
+    int m;             // rows of A
+    int n_blocks;      // blocks per row of B
+    int log2_block;    // log2(block_size)
+    int row_bytes;     // bytes of a row of B
+    int chunks;        // row_bytes / chunk bytes (gemv)
+    int tpr;           // threads per output row (gemv)
+    int zp_mode;       // 0 none, 1 packed uint8, 2 of T
+    int zp_row_bytes;  // bytes of a row of packed zero points
+};
+
+// ------------------------------------------------------------------ helpers
+
+// the float 2^23 + byte I of w: exact for any byte. The selector is an immediate and the
+// magic word a register (PTX prmt), so the permute costs one instruction
+template <int I>
+__device__ __forceinline__ float magic_byte(u32 w, u32 magic) {
+    u32 r;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(w), "r"(magic), "n"(0x7440 + I));
+    return __uint_as_float(r);
+}
+
+// the 16 codes of a group held in words w[0 .. BITS / 2) as 2^23 + code, in k order
+template <int BITS>
+__device__ __forceinline__ void group_codes(const u32* w, float (&q)[16]) {
+    const u32 magic = 0x4B000000u;
+    if constexpr (BITS == 8) {
+#pragma unroll
+        for (int h = 0; h < 4; ++h) {
+            q[4 * h] = magic_byte<0>(w[h], magic);
+            q[4 * h + 1] = magic_byte<1>(w[h], magic);
+            q[4 * h + 2] = magic_byte<2>(w[h], magic);
+            q[4 * h + 3] = magic_byte<3>(w[h], magic);
+        }
+    } else if constexpr (BITS == 4) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const u32 lo = w[h] & 0x0F0F0F0Fu, hi = (w[h] >> 4) & 0x0F0F0F0Fu;
+            q[h * 8] = magic_byte<0>(lo, magic);
+            q[h * 8 + 1] = magic_byte<0>(hi, magic);
+            q[h * 8 + 2] = magic_byte<1>(lo, magic);
+            q[h * 8 + 3] = magic_byte<1>(hi, magic);
+            q[h * 8 + 4] = magic_byte<2>(lo, magic);
+            q[h * 8 + 5] = magic_byte<2>(hi, magic);
+            q[h * 8 + 6] = magic_byte<3>(lo, magic);
+            q[h * 8 + 7] = magic_byte<3>(hi, magic);
+        }
+    } else {
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+            const u32 t = (w[0] >> (2 * s)) & 0x03030303u;
+            q[s] = magic_byte<0>(t, magic);
+            q[4 + s] = magic_byte<1>(t, magic);
+            q[8 + s] = magic_byte<2>(t, magic);
+            q[12 + s] = magic_byte<3>(t, magic);
+        }
+    }
+}
+
+// zero point of block blk of row n as float
+template <class T, int BITS>
+__device__ __forceinline__ float zero_point(const void* __restrict__ zp, const NbGeo& g,
+                                            long long n, int blk) {
+    if (g.zp_mode == 1) {
+        const u8* row = (const u8*)zp + n * g.zp_row_bytes;
+        const int bit = blk * BITS;
+        return (float)((__ldg(row + (bit >> 3)) >> (bit & 7)) & ((1 << BITS) - 1));
+    }
+    if (g.zp_mode == 2) return to_f32(__ldg(((const T*)zp) + n * g.n_blocks + blk));
+    return (float)(1 << (BITS - 1));
+}
+
+// q[j] = code - zero point: one exact subtraction for an integer zero point, the float
+// code minus a zero point of T (one rounding) otherwise
+__device__ __forceinline__ void minus_zero_point(float (&q)[16], float z, bool typed) {
+    if (!typed) {
+        const float zb = 8388608.0f + z;
+#pragma unroll
+        for (int j = 0; j < 16; ++j) q[j] = q[j] - zb;
+    } else {
+#pragma unroll
+        for (int j = 0; j < 16; ++j) q[j] = (q[j] - 8388608.0f) - z;
+    }
+}
+
+// a 16-byte load that does not displace A and the scales from L1: B is read once
+__device__ __forceinline__ uint4 load_stream16(const void* p) {
+    uint4 r;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+    return r;
+}
+
+// ------------------------------------------------------------------ gemv (small M)
+
+// chunks a thread loads before it computes any, per pass over its row (GEMV_UNROLL of
+// nbits.py): four for one row of A, fewer as more rows of A give each chunk more arithmetic
+template <int MAXM> struct GemvUnroll {
+    static constexpr int V = MAXM == 1 ? 4 : (MAXM <= 4 ? 2 : 1);
+};
+
+// 16 bytes of a row of B: 128 / BITS codes, 8 / BITS groups of 16
+template <int BITS> struct Chunk {
+    static constexpr int BYTES = 16;
+    static constexpr int CODES = 128 / BITS;
+    static constexpr int GROUPS = 8 / BITS;
+    u32 w[4];
+
+    __device__ __forceinline__ void load(const u8* __restrict__ p) {
+        const uint4 r = load_stream16(p);
+        w[0] = r.x; w[1] = r.y; w[2] = r.z; w[3] = r.w;
+    }
+};
+
+// a value of A as float by the bare conversion: unlike to_f32 it does not keep a NaN's
+// payload, which the float32 arithmetic it feeds drops anyway (its NaNs are canonical)
+__device__ __forceinline__ float a_f32(float x) { return x; }
+__device__ __forceinline__ float a_f32(f16 x) { return __half2float(x); }
+__device__ __forceinline__ float a_f32(bf16 x) { return to_f32(x); }
+
+// the values of T in a 32-bit word of A, low half first, as float (a_f32)
+__device__ __forceinline__ void unpack_word(u32 w, float* x, const float*) {
+    x[0] = __uint_as_float(w);
+}
+__device__ __forceinline__ void unpack_word(u32 w, float* x, const f16*) {
+    x[0] = __half2float(f16_from_bits((u16)(w & 0xFFFFu)));
+    x[1] = __half2float(f16_from_bits((u16)(w >> 16)));
+}
+__device__ __forceinline__ void unpack_word(u32 w, float* x, const bf16*) {
+    x[0] = __uint_as_float(w << 16);
+    x[1] = __uint_as_float(w & 0xFFFF0000u);
+}
+
+// x = A[m, k .. k + 16) of one row of A as float, zero past K (kmax). vec: the rows of A are
+// 16-byte aligned, so a whole group is sizeof(T) 16-byte loads; else (and for the last,
+// partial group) one value a load. A is small and read by every row of B: L1 / L2 hits
+template <class T>
+__device__ __forceinline__ void a_group(const T* __restrict__ row, int k, int kmax, bool vec,
+                                        float (&x)[16]) {
+    if (vec && k + 16 <= kmax) {
+        constexpr int NV = (int)sizeof(T), PER = 4 / (int)sizeof(T);
+        const uint4* p = reinterpret_cast<const uint4*>(row + k);
+#pragma unroll
+        for (int i = 0; i < NV; ++i) {
+            const uint4 r = __ldg(p + i);
+            unpack_word(r.x, x + (4 * i) * PER, row);
+            unpack_word(r.y, x + (4 * i + 1) * PER, row);
+            unpack_word(r.z, x + (4 * i + 2) * PER, row);
+            unpack_word(r.w, x + (4 * i + 3) * PER, row);
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < 16; ++j) x[j] = k + j < kmax ? a_f32(__ldg(row + k + j)) : 0.0f;
+    }
+}
+
+// ask L1 for the lines of A[m, k .. k + CODES) (clamped to K) without waiting: issued beside
+// a chunk's load of B, the chunk's reads of A then hit L1 instead of adding a round trip
+template <class T, int BITS>
+__device__ __forceinline__ void prefetch_a(const T* __restrict__ row, int k, int kmax) {
+    constexpr int BYTES = Chunk<BITS>::CODES * (int)sizeof(T);
+    const char* p = reinterpret_cast<const char*>(row + k);
+    const int end = k + Chunk<BITS>::CODES < kmax ? k + Chunk<BITS>::CODES : kmax;
+    const char* last = reinterpret_cast<const char*>(row + end) - 1;
+#pragma unroll
+    for (int o = 0; o < BYTES; o += 128) {
+        const char* q = p + o < last ? p + o : last;
+        asm volatile("prefetch.global.L1 [%0];" :: "l"(q));
+    }
+    asm volatile("prefetch.global.L1 [%0];" :: "l"(last));
+}
+
+// acc[m] += scale * sum over a block's codes of the chunk of A[m, k] * (code - zp). The zero
+// point splits into its integer part zi, subtracted from each code exactly, and a fraction
+// (only a zero point of T has one), applied once per group through the group's sum of A
+// (summed in k order). A chunk inside one block (one_block: block_size >= its codes) uses
+// the scale and zero point of its first code, s_first and z_first, loaded beside its codes.
+template <class T, int BITS, int MAXM>
+__device__ __forceinline__ void gemv_chunk(const Chunk<BITS>& ch, int c, long long n,
+                                           const T* __restrict__ a, bool vec,
+                                           const T* __restrict__ scales,
+                                           const void* __restrict__ zp, const NbGeo& g,
+                                           bool one_block, float s_first, float z_first,
+                                           float (&acc)[MAXM]) {
+    constexpr int CODES = Chunk<BITS>::CODES;
+    if (c * CODES >= g.k) return;   // all padding (K far below the last block's end)
+    float s = 0.0f, zb = 0.0f, zf = 0.0f;
+    float pa[MAXM], pb[MAXM];
+#pragma unroll
+    for (int gi = 0; gi < Chunk<BITS>::GROUPS; ++gi) {
+        const int k = c * CODES + gi * 16;
+        if (k >= g.k) break;   // the last block's padding
+        if (gi == 0 || !one_block) {
+            float z = z_first;
+            if (gi > 0) {
+#pragma unroll
+                for (int m = 0; m < MAXM; ++m) acc[m] = fmaf(pa[m] + pb[m], s, acc[m]);
+                const int blk = k >> g.log2_block;
+                s = to_f32(__ldg(scales + n * g.n_blocks + blk));
+                z = zero_point<T, BITS>(zp, g, n, blk);
+            } else {
+                s = s_first;
+            }
+            const float zi = rintf(z);
+            zb = 8388608.0f + zi;
+            zf = zi - z;
+#pragma unroll
+            for (int m = 0; m < MAXM; ++m) pa[m] = pb[m] = 0.0f;
+        }
+        float q[16];
+        group_codes<BITS>(&ch.w[gi * BITS / 2], q);
+#pragma unroll
+        for (int j = 0; j < 16; ++j) q[j] = q[j] - zb;
+#pragma unroll
+        for (int m = 0; m < MAXM; ++m) {
+            if (m >= g.m) break;
+            float x[16];
+            a_group<T>(a + (long long)m * g.k, k, g.k, vec, x);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                pa[m] = fmaf(x[4 * i], q[4 * i], pa[m]);
+                pb[m] = fmaf(x[4 * i + 1], q[4 * i + 1], pb[m]);
+                pa[m] = fmaf(x[4 * i + 2], q[4 * i + 2], pa[m]);
+                pb[m] = fmaf(x[4 * i + 3], q[4 * i + 3], pb[m]);
+            }
+            // only a zero point of T has a fraction (0 * an infinite sum of A would be NaN)
+            if (g.zp_mode == 2) {
+                float v = 0.0f;
+#pragma unroll
+                for (int j = 0; j < 16; ++j) v = v + x[j];
+                pb[m] = fmaf(zf, v, pb[m]);
+            }
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < MAXM; ++m) acc[m] = fmaf(pa[m] + pb[m], s, acc[m]);
+}
+
+// No staging of A: a thread's loads of a pass (UNROLL chunks of B, their first scale and
+// zero point, the L1 prefetch of their A, the bias) are all issued before any is used, so a
+// row of B costs one memory round trip; the reads of A then hit L1.
+template <class T, int BITS, int MAXM>
+__device__ void nbits_gemv(const T* __restrict__ a, const u8* __restrict__ b,
+                           const T* __restrict__ scales, const void* __restrict__ zp,
+                           const T* __restrict__ bias, T* __restrict__ y, NbGeo g) {
+    __shared__ float red[NB_THREADS / 32][MAXM];
+    typedef Chunk<BITS> C;
+    constexpr int UNROLL = GemvUnroll<MAXM>::V;
+    const bool vec = (reinterpret_cast<size_t>(a) & 15) == 0 &&
+                     ((long long)g.k * (long long)sizeof(T)) % 16 == 0;
+    const int tpr = g.tpr, rows = blockDim.x / tpr;
+    const int slot = threadIdx.x / tpr, t = threadIdx.x % tpr;
+    const int width = tpr < 32 ? tpr : 32;
+    const bool one_block = (1 << g.log2_block) >= C::CODES;
+    for (long long base = (long long)blockIdx.x * rows; base < g.n;
+         base += (long long)gridDim.x * rows) {
+        const long long n = base + slot;
+        float acc[MAXM];
+#pragma unroll
+        for (int m = 0; m < MAXM; ++m) acc[m] = 0.0f;
+        float bv = 0.0f;
+        if (n < g.n) {
+            if (bias && t == 0) bv = to_f32(__ldg(bias + n));
+            const u8* row = b + n * g.row_bytes;
+            for (int c0 = t; c0 < g.chunks; c0 += tpr * UNROLL) {
+                C ch[UNROLL];
+                float s0[UNROLL], z0[UNROLL];
+#pragma unroll
+                for (int u = 0; u < UNROLL; ++u) {
+                    const int c = c0 + u * tpr;
+                    s0[u] = z0[u] = 0.0f;
+                    if (c < g.chunks) {
+                        ch[u].load(row + (long long)c * C::BYTES);
+                        const int k = c * C::CODES;
+                        if (k < g.k) {
+                            const int blk = k >> g.log2_block;
+                            s0[u] = to_f32(__ldg(scales + n * g.n_blocks + blk));
+                            z0[u] = zero_point<T, BITS>(zp, g, n, blk);
+#pragma unroll
+                            for (int m = 0; m < MAXM; ++m) {
+                                if (m >= g.m) break;
+                                prefetch_a<T, BITS>(a + (long long)m * g.k, k, g.k);
+                            }
+                        }
+                    }
+                }
+#pragma unroll
+                for (int u = 0; u < UNROLL; ++u) {
+                    const int c = c0 + u * tpr;
+                    if (c < g.chunks)
+                        gemv_chunk<T, BITS, MAXM>(ch[u], c, n, a, vec, scales, zp, g,
+                                                  one_block, s0[u], z0[u], acc);
+                }
+            }
+        }
+#pragma unroll
+        for (int m = 0; m < MAXM; ++m)
+            for (int off = width >> 1; off > 0; off >>= 1)
+                acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], off);
+        if (tpr > 32) {
+            const int warp = threadIdx.x >> 5;
+            if ((threadIdx.x & 31) == 0) {
+#pragma unroll
+                for (int m = 0; m < MAXM; ++m) red[warp][m] = acc[m];
+            }
+            __syncthreads();
+            if (t == 0) {
+#pragma unroll
+                for (int m = 0; m < MAXM; ++m) {
+                    float v = red[warp][m];
+                    for (int i = 1; i < tpr / 32; ++i) v += red[warp + i][m];
+                    acc[m] = v;
+                }
+            }
+            __syncthreads();
+        }
+        if (t == 0 && n < g.n) {
+#pragma unroll
+            for (int m = 0; m < MAXM; ++m) {
+                if (m >= g.m) break;
+                y[(long long)m * g.n + n] = round_from32<T>(acc[m] + bv);
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------------ dequantize (large M)
+
+// one thread per 16-code group of rows [n0, n0 + rows): w[r, k] for k < K, row stride K;
+// vec: rows of w are 16-byte aligned (16-byte stores)
+template <class T, int BITS>
+__device__ void nbits_dequant(const u8* __restrict__ b, const T* __restrict__ scales,
+                              const void* __restrict__ zp, T* __restrict__ w, NbGeo g,
+                              long long n0, long long rows, int vec) {
+    const int groups = g.padded_k >> 4;
+    const long long total = rows * groups;
+    for (long long i = global_tid(); i < total; i += grid_threads()) {
+        const long long r = i / groups;
+        const int k = (int)(i - r * groups) << 4;
+        if (k >= g.k) continue;
+        const long long n = n0 + r;
+        const u32* src = reinterpret_cast<const u32*>(b + n * g.row_bytes + (k * BITS >> 3));
+        u32 words[BITS / 2];
+#pragma unroll
+        for (int j = 0; j < BITS / 2; ++j) words[j] = __ldg(src + j);
+        const int blk = k >> g.log2_block;
+        const float s = to_f32(__ldg(scales + n * g.n_blocks + blk));
+        float q[16];
+        group_codes<BITS>(words, q);
+        minus_zero_point(q, zero_point<T, BITS>(zp, g, n, blk), g.zp_mode == 2);
+        alignas(16) T out[16];
+#pragma unroll
+        for (int j = 0; j < 16; ++j) out[j] = round_from32<T>(q[j] * s);
+        T* dst = w + r * g.k + k;
+        if (vec && k + 16 <= g.k) {
+#pragma unroll
+            for (int i2 = 0; i2 < (int)sizeof(out) / 16; ++i2)
+                reinterpret_cast<uint4*>(dst)[i2] = reinterpret_cast<const uint4*>(out)[i2];
+        } else {
+            for (int j = 0; j < 16 && k + j < g.k; ++j) dst[j] = out[j];
+        }
+    }
+}
+
+// y[m, n0 + j] = src[m, j] for m < M, j < cols (y has N columns)
+template <class Bits>
+__device__ void nbits_scatter(Bits* __restrict__ y, const Bits* __restrict__ src, long long m,
+                              long long cols, long long n, long long n0) {
+    const long long total = m * cols;
+    for (long long i = global_tid(); i < total; i += grid_threads()) {
+        const long long r = i / cols, j = i - r * cols;
+        y[r * n + n0 + j] = src[i];
+    }
+}
+
+// ------------------------------------------------------------------ GatherBlockQuantized
+
+// one call's geometry (Python: nbits.GbqGeo); by value
+struct GbqGeo {
+    long long total;    // output elements
+    long long post;     // elements after the gathered axis (logical)
+    long long nidx;     // indices
+    long long dim;      // data's gathered axis
+    long long inner_q;  // elements after the quantized axis (logical)
+    long long dq;       // data's quantized axis (logical)
+    long long nb;       // blocks along the quantized axis
+    long long block;    // block_size
+    int per;            // codes per byte of data: 1 (int4 / uint4) or 8 / bits (uint8)
+    int bits;           // bits of a code
+    int is_signed;      // int4 codes
+    int has_zp;         // zero points given
+    int zp_cols;        // bytes of a row of packed uint8 zero points
+    int packed;         // uint8 data (codes packed along the last axis; per may be 1)
+};
+
+// a code of `bits` bits in the low bits of c, sign-extended for int4
+__device__ __forceinline__ int int_code(int c, int bits, int is_signed) {
+    int v = c & ((1 << bits) - 1);
+    if (is_signed && (v >> (bits - 1))) v -= 1 << bits;
+    return v;
+}
+
+template <class I, class T>
+__device__ void gbq(const u8* __restrict__ data, const I* __restrict__ indices,
+                    const T* __restrict__ scales, const u8* __restrict__ zp, T* __restrict__ out,
+                    GbqGeo g) {
+    const int mask = (1 << g.bits) - 1;
+    for (long long o = global_tid(); o < g.total; o += grid_threads()) {
+        const long long p = o % g.post, rest = o / g.post;
+        const long long qi = rest % g.nidx, pre = rest / g.nidx;
+        long long idx = (long long)indices[qi];
+        if (idx < 0) idx += g.dim;
+        if (idx < 0 || idx >= g.dim) {
+            out[o] = round_from64<T>(0.0);
+            continue;
+        }
+        const long long d = (pre * g.dim + idx) * g.post + p;   // logical element of data
+        const long long iq = d % g.inner_q, aq = (d / g.inner_q) % g.dq;
+        const long long oq = d / (g.inner_q * g.dq);
+        const long long sidx = (oq * g.nb + aq / g.block) * g.inner_q + iq;
+        int code, z;
+        if (!g.packed) {
+            code = int_code(data[d], g.bits, g.is_signed);
+            z = g.has_zp ? int_code(zp[sidx], g.bits, g.is_signed) : 0;
+        } else {
+            code = (data[d / g.per] >> ((d % g.per) * g.bits)) & mask;
+            if (g.has_zp) {
+                // packed along the scales' last axis, which is the quantized one (inner_q 1)
+                const long long zr = sidx / g.nb, zc = sidx % g.nb;
+                z = (zp[zr * g.zp_cols + zc / g.per] >> ((zc % g.per) * g.bits)) & mask;
+            } else {
+                z = 1 << (g.bits - 1);
+            }
+        }
+        const double diff = (double)(code - z), s = to_f64(scales[sidx]);
+        out[o] = round_from64<T>(fix_nan2(diff * s, diff, s));
+    }
+}
+
+// ------------------------------------------------------------------ instantiation
+
+// MINB: resident blocks per multiprocessor the registers must allow: 80 registers for one
+// row of A (four chunks in flight; 64 would spill), 128 for more rows of A
+#define EP_NB_GEMV(T, S, BITS, MAXM, MINB)                                                   \
+extern "C" __global__ void __launch_bounds__(NB_THREADS, MINB)                               \
+nbits_gemv_b##BITS##_m##MAXM##_##S(const T* a, const u8* b, const T* scales, const void* zp, \
+                                   const T* bias, T* y, NbGeo g) {                           \
+    nbits_gemv<T, BITS, MAXM>(a, b, scales, zp, bias, y, g);                                 \
+}
+#define EP_NB_BITS(T, S, BITS)                                                               \
+    EP_NB_GEMV(T, S, BITS, 1, 3) EP_NB_GEMV(T, S, BITS, 4, 2) EP_NB_GEMV(T, S, BITS, 8, 2)   \
+extern "C" __global__ void nbits_dequant_b##BITS##_##S(const u8* b, const T* scales,        \
+        const void* zp, T* w, NbGeo g, long long n0, long long rows, int vec) {             \
+    nbits_dequant<T, BITS>(b, scales, zp, w, g, n0, rows, vec);                             \
+}
+#define EP_NB(T, S) EP_NB_BITS(T, S, 2) EP_NB_BITS(T, S, 4) EP_NB_BITS(T, S, 8)
+
+EP_NB(float, f32)
+EP_NB(f16, f16)
+EP_NB(bf16, bf16)
+
+extern "C" __global__ void nbits_scatter_b16(unsigned short* y, const unsigned short* src,
+                                             long long m, long long cols, long long n,
+                                             long long n0) {
+    nbits_scatter<unsigned short>(y, src, m, cols, n, n0);
+}
+extern "C" __global__ void nbits_scatter_b32(unsigned int* y, const unsigned int* src,
+                                             long long m, long long cols, long long n,
+                                             long long n0) {
+    nbits_scatter<unsigned int>(y, src, m, cols, n, n0);
+}
+
+// data: i4 / u4 (one element per byte) or u8 (packed codes); the symbol names data's type
+#define EP_GBQ(DS, IT, IS, T, S)                                                            \
+extern "C" __global__ void gbq_##DS##_##IS##_##S(const u8* data, const IT* indices,         \
+        const T* scales, const u8* zp, T* out, GbqGeo g) {                                  \
+    gbq<IT, T>(data, indices, scales, zp, out, g);                                      \
+}
+#define EP_GBQ_T(DS, IT, IS) EP_GBQ(DS, IT, IS, float, f32) EP_GBQ(DS, IT, IS, f16, f16)     \
+    EP_GBQ(DS, IT, IS, bf16, bf16)
+#define EP_GBQ_I(DS) EP_GBQ_T(DS, int, i32) EP_GBQ_T(DS, long long, i64)
+
+EP_GBQ_I(i4)
+EP_GBQ_I(u4)
+EP_GBQ_I(u8)

@@ -1,0 +1,520 @@
+"""com.microsoft::MatMulNBits on CUDA (``nbits.cu``), the counterpart of
+cpu_reference/quant_contrib.py (registered by :mod:`.quant_contrib`; GatherBlockQuantized
+is in :mod:`.nbits_gather`).
+
+``Y = A @ dequant(B)^T (+ bias)``: B is ``[N, ceil(K / block_size), block_size * bits / 8]``
+uint8, codes of ``bits`` (2, 4, 8) packed low bits first, dequantized per block as
+``(code - zero_point) * scale``. Two routes, chosen from the shapes alone
+(:func:`gemv_geometry`, pure Python, tested on the CPU), so the plan knows the workspace:
+
+- **gemv** (M = rows of A <= :data:`GEMV_MAX_M`, a decode step): ``nbits_gemv_*`` reads B in
+  its stored layout, 16 bytes a load, dequantizes in registers and accumulates in float32
+  (one launch, no workspace). A is read straight from global memory beside each chunk of B
+  (no staging: a row of B costs one memory round trip); rows of B that are not whole
+  16-byte chunks take the GEMM route.
+- **gemm** (larger M, a prefill): ``nbits_dequant_*`` writes W (``[rows, K]`` of A's dtype)
+  into the workspace and cuBLASLt multiplies (:mod:`~onnx_ep.providers.cuda.blas`, float32
+  accumulation). W is dequantized :data:`DEQUANT_BUDGET` bytes at a time: with more than one
+  chunk the product goes to workspace and ``nbits_scatter_*`` moves it into Y's columns. A
+  bias is written first and the GEMM adds onto it (``beta = 1``), as MatMulAdd does.
+
+``accuracy_level`` is ignored: every route accumulates in float32 (onnxruntime CPU's int8
+quantization of A at level 4 is not emulated; the reference defines the answer).
+Declined (cpu_reference runs them): ``g_idx`` (act order), ``weight_prepacked``, float64 A.
+
+Numerics against the reference (float64 weights and sum, rounded once): the gemv sums
+exact ``code - zero_point`` products in float32; the gemm route rounds each weight to A's
+type (as the spec's dequantized weight is; the reference keeps it exact), half an ulp of
+float16/bfloat16 per weight, and a biased product is rounded before the bias is added.
+:data:`NBITS_PARITY` bounds both for outputs of unit scale (``sum_k |a_k w_k|`` of order
+ten): float32 MatMul's promise, float16/bfloat16 MatMul's rtol with an absolute part of
+two weight roundings (and MatMulAdd's for a bias).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+
+from onnx_ep.core.kernel import (
+    ExecutionContext,
+    NodeMeta,
+    OpKey,
+    Parity,
+    Support,
+    TensorSpec,
+    WorkspaceRequirement,
+    WorkspaceView,
+)
+from onnx_ep.errors import NodeError
+from onnx_ep.providers.cuda import blas, copies
+from onnx_ep.providers.cuda.kernels.base import (
+    BF16,
+    BLOCK,
+    I32,
+    I64,
+    PTR,
+    CudaKernel,
+    dtype_names,
+    grid_1d,
+    prod,
+    replayed,
+    static_shape,
+    struct_arg,
+    suffix,
+)
+from onnx_ep.providers.cuda.kernels.fused_gemm import MATMUL_ADD_PARITY
+from onnx_ep.providers.cuda.kernels.gemm import problem_alignment
+
+MS_DOMAIN = "com.microsoft"
+#: A's dtypes (the scales', typed zero points' and bias' too)
+NBITS_FLOATS: frozenset[np.dtype] = frozenset(
+    np.dtype(t) for t in (np.float32, np.float16, BF16))
+NBITS_BITS = (2, 4, 8)
+U8 = np.dtype(np.uint8)
+
+#: the most rows of A the gemv route takes (decode steps; a prefill goes to cuBLASLt)
+GEMV_MAX_M = 8
+#: rows of A each gemv kernel is built for (``nbits_gemv_b<bits>_m<rows>_*``)
+GEMV_ROWS = (1, 4, 8)
+#: threads of a gemv block at most, and at least
+GEMV_THREADS = 256
+GEMV_MIN_THREADS = 64
+#: 16-byte chunks each gemv thread has in flight per pass over its row, by the kernel's rows
+#: of A (GemvUnroll of nbits.cu): more rows give each chunk more arithmetic and registers
+GEMV_UNROLL = {1: 4, 4: 2, 8: 1}
+#: threads the gemv aims for before it stops giving a row more of them (about a full H200)
+GEMV_TARGET_THREADS = 1 << 17
+#: blocks the gemv aims for at least (two per H200 multiprocessor), and launches at most (a
+#: block per ``threads / tpr`` rows up to there: no grid-stride loop that would serialize
+#: the rows' round trips; the hardware keeps every multiprocessor full as blocks retire)
+GEMV_MIN_BLOCKS = 264
+GEMV_MAX_BLOCKS = 1 << 16
+#: workspace bytes of one chunk of dequantized weights (and its product) on the gemm route
+DEQUANT_BUDGET = 64 << 20
+#: rows of a chunk are a multiple of this
+DEQUANT_ROW_ALIGN = 64
+
+#: promise per A dtype, for outputs of unit scale (module docstring)
+NBITS_PARITY: dict[str, Parity] = {
+    "float32": blas.GEMM_PARITY["float32"],
+    "float16": Parity.tolerance(rtol=blas.GEMM_PARITY["float16"].rtol, atol=2.0 ** -9),
+    "bfloat16": Parity.tolerance(rtol=blas.GEMM_PARITY["bfloat16"].rtol, atol=2.0 ** -6),
+}
+#: the same with a bias, which the gemm route adds to a product already rounded to A's type
+NBITS_BIAS_PARITY: dict[str, Parity] = {
+    name: Parity.tolerance(p.rtol, max(p.atol, MATMUL_ADD_PARITY[name].atol))
+    for name, p in NBITS_PARITY.items()}
+
+
+@attrs.frozen
+class NBitsPlan:
+    """One node's attributes K, N, bits and block_size (checked by :func:`nbits_plan`)."""
+
+    k: int
+    n: int
+    bits: int
+    block: int
+
+    @property
+    def n_blocks(self) -> int:
+        return -(-self.k // self.block)
+
+    @property
+    def blob(self) -> int:
+        """Bytes of one block of codes."""
+        return self.block * self.bits // 8
+
+    @property
+    def padded_k(self) -> int:
+        """K rounded up to whole blocks: the codes of one row of B."""
+        return self.n_blocks * self.block
+
+
+def nbits_plan(meta: NodeMeta) -> NBitsPlan:
+    """The node's attributes, checked as cpu_reference checks them.
+
+    :raises NodeError: a missing K, N or block_size, K or N below 1, bits other than 2, 4,
+        8, a block_size that is not a power of two >= 16.
+    """
+    def bad(message: str) -> NodeError:
+        return NodeError(message, node=meta.name, op_type=meta.op_type)
+
+    try:
+        k, n, block = (int(meta.attrs[a]) for a in ("K", "N", "block_size"))
+    except KeyError as exc:
+        raise bad(f"attribute {exc.args[0]} is required") from None
+    bits = int(meta.attr("bits", 4))
+    if k < 1 or n < 1:
+        raise bad(f"K and N must be >= 1, got K={k}, N={n}")
+    if bits not in NBITS_BITS:
+        raise bad(f"bits={bits} is not supported (supported: {NBITS_BITS})")
+    if block < 16 or block & (block - 1):
+        raise bad(f"block_size must be a power of two >= 16, got {block}")
+    return NBitsPlan(k, n, bits, block)
+
+
+class NbGeo(ctypes.Structure):
+    """``struct NbGeo`` of nbits.cu (by value)."""
+
+    _fields_ = [("n", ctypes.c_int64), ("k", ctypes.c_int32), ("padded_k", ctypes.c_int32),
+                ("m", ctypes.c_int32), ("n_blocks", ctypes.c_int32),
+                ("log2_block", ctypes.c_int32), ("row_bytes", ctypes.c_int32),
+                ("chunks", ctypes.c_int32), ("tpr", ctypes.c_int32),
+                ("zp_mode", ctypes.c_int32), ("zp_row_bytes", ctypes.c_int32)]
+
+
+def row_bytes(plan: NBitsPlan) -> int:
+    """Bytes of one row of B (its ``n_blocks`` blobs)."""
+    return plan.n_blocks * plan.blob
+
+
+def zp_row_bytes(plan: NBitsPlan) -> int:
+    """Bytes of one row of packed uint8 zero points (``ceil(n_blocks * bits / 8)``)."""
+    return -(-plan.n_blocks * plan.bits // 8)
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, math.ceil(math.log2(max(n, 1))))
+
+
+@attrs.frozen
+class Gemv:
+    """One gemv launch: ``nbits_gemv_b<bits>_m<rows>_*`` on ``grid`` x ``threads``, ``tpr``
+    threads per output column (no dynamic shared memory: A is not staged)."""
+
+    rows: int
+    tpr: int
+    chunks: int
+    grid: tuple[int, int, int]
+    threads: int
+    shared_bytes: int = 0
+
+    @property
+    def block(self) -> tuple[int, int, int]:
+        return (self.threads, 1, 1)
+
+
+def gemv_geometry(plan: NBitsPlan, m: int) -> Gemv | None:
+    """THE route decision: the gemv launch for ``m`` rows of A, or ``None`` for the gemm
+    route (too many rows, rows of B that are not whole 16-byte chunks).
+
+    Threads per row: the fewest (8 at least, 256 at most) that take the row in one pass of
+    :data:`GEMV_UNROLL` chunks each, doubled while under a warp, the row has two chunks per
+    thread and the grid stays under :data:`GEMV_TARGET_THREADS` (short rows, small N: less
+    arithmetic per thread). A row of more than 32 threads (the down projection) reduces
+    across warps once. Blocks shrink to :data:`GEMV_MIN_THREADS` threads while there are
+    fewer than :data:`GEMV_MIN_BLOCKS`.
+    """
+    rb = row_bytes(plan)
+    if not 1 <= m <= GEMV_MAX_M or rb % 16:
+        return None
+    rows = next(r for r in GEMV_ROWS if r >= m)
+    chunks = rb // 16
+    tpr = min(GEMV_THREADS, max(8, _pow2_at_least(-(-chunks // GEMV_UNROLL[rows]))))
+    while tpr < 32 and chunks >= 2 * tpr and plan.n * tpr < GEMV_TARGET_THREADS:
+        tpr *= 2
+    threads = GEMV_THREADS
+    while (threads > max(tpr, GEMV_MIN_THREADS)
+           and -(-plan.n // (threads // tpr)) < GEMV_MIN_BLOCKS):
+        threads //= 2
+    blocks = min(-(-plan.n // (threads // tpr)), GEMV_MAX_BLOCKS)
+    return Gemv(rows, tpr, chunks, (blocks, 1, 1), threads)
+
+
+def _align(n: int) -> int:
+    return blas.align_up(n, blas.WORKSPACE_ALIGNMENT)
+
+
+@attrs.frozen
+class GemmRoute:
+    """The gemm route: W dequantized ``rows`` at a time into the workspace (``w_bytes``),
+    the product of a chunk into ``t_bytes`` after it when there is more than one chunk,
+    cuBLASLt's workspace after both (``fixed_bytes`` from the start)."""
+
+    m: int
+    n: int
+    k: int
+    dtype: str
+    itemsize: int
+    rows: int
+
+    @property
+    def chunks(self) -> int:
+        return -(-self.n // self.rows)
+
+    @property
+    def w_bytes(self) -> int:
+        return _align(self.rows * self.k * self.itemsize)
+
+    @property
+    def t_bytes(self) -> int:
+        return _align(self.m * self.rows * self.itemsize) if self.chunks > 1 else 0
+
+    @property
+    def fixed_bytes(self) -> int:
+        return self.w_bytes + self.t_bytes
+
+    def problem(self, rows: int) -> blas.GemmProblem:
+        """``[m, rows] = A [m, K] @ W[rows, K]^T``."""
+        return blas.GemmProblem(self.dtype, self.m, rows, self.k, trans_b=True,
+                                alignment=problem_alignment(self.itemsize))
+
+    def problems(self) -> list[blas.GemmProblem]:
+        """The distinct GEMMs: full chunks and the last one."""
+        last = self.n - (self.chunks - 1) * self.rows
+        return [self.problem(r) for r in dict.fromkeys((self.rows, last))]
+
+
+def gemm_route(plan: NBitsPlan, m: int, dtype: Any) -> GemmRoute:
+    """THE gemm-route layout: every row at once within :data:`DEQUANT_BUDGET`, else chunks
+    of a multiple of :data:`DEQUANT_ROW_ALIGN` rows whose weights and product fit it."""
+    dt = np.dtype(dtype)
+    isz = dt.itemsize
+    if plan.n * plan.k * isz <= DEQUANT_BUDGET:
+        rows = plan.n
+    else:
+        rows = DEQUANT_BUDGET // ((plan.k + m) * isz) // DEQUANT_ROW_ALIGN * DEQUANT_ROW_ALIGN
+        rows = min(plan.n, max(DEQUANT_ROW_ALIGN, rows))
+    return GemmRoute(m, plan.n, plan.k, blas.dtype_name(dt), isz, rows)
+
+
+# ---------------------------------------------------------------- support
+
+
+def present(meta: NodeMeta, i: int) -> bool:
+    """Whether optional input ``i`` is given (named, or known)."""
+    if i >= len(meta.inputs):
+        return False
+    names = meta.input_names
+    if names and i < len(names):
+        return bool(names[i])
+    return meta.inputs[i] is not None
+
+
+def _supports(meta: NodeMeta) -> Support:
+    specs = meta.inputs
+    if len(specs) < 3 or any(specs[i] is None for i in range(3)):
+        return Support.no("needs A, B and scales of known dtype and rank")
+    a, b, scales = specs[:3]
+    if a.dtype not in NBITS_FLOATS:
+        return Support.no(f"A dtype {a.dtype} is not one of {dtype_names(NBITS_FLOATS)} "
+                          f"(cpu_reference runs it)")
+    if b.dtype != U8:
+        return Support.no(f"B must be uint8, got {b.dtype}")
+    if scales.dtype != a.dtype:
+        return Support.no(f"scales are {scales.dtype}, A is {a.dtype}")
+    if meta.attr("weight_prepacked", 0):
+        return Support.no("weight_prepacked is an execution provider's private layout")
+    try:
+        plan = nbits_plan(meta)
+    except NodeError as e:
+        return Support.no(e.detail)
+    if present(meta, 3):
+        zp = specs[3]
+        if zp is None or zp.dtype not in (U8, a.dtype):
+            return Support.no(f"zero_points must be uint8 or {a.dtype}, got "
+                              f"{None if zp is None else zp.dtype}")
+    if present(meta, 4):
+        return Support.no("g_idx (act-order) is not implemented on cuda; cpu_reference "
+                          "runs it")
+    if present(meta, 5):
+        bias = specs[5]
+        if bias is None or bias.dtype != a.dtype:
+            return Support.no(f"bias must be {a.dtype}")
+    if a.shape and isinstance(a.shape[-1], int) and a.shape[-1] != plan.k:
+        return Support.no(f"A {tuple(a.shape)} must have a last dim of K={plan.k}")
+    if not a.shape:
+        return Support.no("A must have rank >= 1")
+    if not blas.support():
+        sa = static_shape(a)
+        if sa is None or gemv_geometry(plan, prod(sa[:-1])) is None:
+            return Support.no(f"{blas.support().reason} (rows of A beyond the gemv route)")
+    return Support.YES
+
+
+# ---------------------------------------------------------------- the kernel
+
+
+class MatMulNBits(CudaKernel):
+    """``A @ dequant(B)^T (+ bias)``: the gemv route for decode steps, dequantize + cuBLASLt
+    for larger M (module docstring)."""
+
+    source = "nbits"
+
+    def __init__(self, plan: NBitsPlan | None = None) -> None:
+        super().__init__("MatMulNBits", since=1)
+        self.key = OpKey(MS_DOMAIN, "MatMulNBits", 1)
+        self.parity = NBITS_PARITY["float32"]
+        self.plan = plan
+
+    def supports(self, meta: NodeMeta) -> Support:
+        return _supports(meta)
+
+    def bind(self, meta: NodeMeta) -> MatMulNBits:
+        try:
+            plan: NBitsPlan | None = nbits_plan(meta)
+        except NodeError:
+            plan = None     # execution raises it
+        bound = MatMulNBits(plan)
+        a = meta.inputs[0] if meta.inputs else None
+        bound.parity = self.parity_for(a.dtype if a is not None else None, present(meta, 5))
+        return bound
+
+    def parity_for(self, dtype: Any, bias: bool = False) -> Parity:
+        """The promise for A of ``dtype`` (module docstring), with or without a bias."""
+        if dtype is None:
+            return self.parity
+        table = NBITS_BIAS_PARITY if bias else NBITS_PARITY
+        return table.get(np.dtype(dtype).name, self.parity)
+
+    def infer_outputs(self, meta: NodeMeta) -> list[TensorSpec | None]:
+        a, n = meta.inputs[0], meta.attr("N")
+        if a is None or n is None:
+            return [None]
+        return [TensorSpec(a.dtype, tuple(a.shape[:-1]) + (int(n),))]
+
+    def workspace_requirement(self, meta: NodeMeta) -> WorkspaceRequirement:
+        a = meta.inputs[0] if meta.inputs else None
+        b = meta.inputs[1] if len(meta.inputs) > 1 else None
+        if a is None or not a.is_static or (b is not None and b.is_static and 0 in b.shape):
+            return WorkspaceRequirement.NONE
+        try:
+            plan = self.plan or nbits_plan(meta)
+        except NodeError:
+            return WorkspaceRequirement.NONE    # execution raises it
+        m = prod(a.shape[:-1])
+        if m == 0 or gemv_geometry(plan, m) is not None:
+            return WorkspaceRequirement.NONE
+        route = gemm_route(plan, m, a.dtype)
+        gemm = max(blas.workspace_bytes(p) for p in route.problems())
+        return WorkspaceRequirement(route.fixed_bytes + gemm)
+
+    # ------------------------------------------------------------ execution
+    def _plan(self, ctx: ExecutionContext) -> NBitsPlan:
+        if self.plan is not None:
+            return self.plan
+        try:
+            return nbits_plan(ctx.node)
+        except NodeError as e:
+            raise self.fail(ctx, e.detail) from None
+
+    def _check(self, ctx: ExecutionContext, plan: NBitsPlan, a: Any, b: Any, scales: Any,
+               zp: Any, g_idx: Any, bias: Any) -> int:
+        """Raise a NodeError naming an input that does not fit the node; the zero-point mode
+        of nbits.cu (0 none, 1 packed uint8, 2 of A's dtype)."""
+        if a.dtype not in NBITS_FLOATS or a.ndim < 1 or a.shape[-1] != plan.k:
+            raise self.fail(ctx, f"A {a.dtype} {a.shape} must be float32, float16 or "
+                                 f"bfloat16 with a last dim of K={plan.k}")
+        want = (plan.n, plan.n_blocks, plan.blob)
+        if b.dtype != U8 or b.ndim != 3 or any(d not in (0, w) for d, w in zip(b.shape, want)):
+            raise self.fail(ctx, f"B {b.dtype} {b.shape} must be uint8 of shape {want}")
+        if b.size == 0:
+            mode = 0
+        elif scales.dtype != a.dtype or scales.size != plan.n * plan.n_blocks:
+            raise self.fail(ctx, f"scales must be {a.dtype} of shape "
+                                 f"{(plan.n, plan.n_blocks)} (or flat), got {scales.dtype} "
+                                 f"{scales.shape}")
+        elif zp is None:
+            mode = 0
+        elif zp.dtype == U8 and zp.size == plan.n * zp_row_bytes(plan):
+            mode = 1
+        elif zp.dtype == a.dtype and zp.size == plan.n * plan.n_blocks:
+            mode = 2
+        else:
+            raise self.fail(ctx, f"zero_points must be packed uint8 of shape "
+                                 f"{(plan.n, zp_row_bytes(plan))} or {a.dtype} of shape "
+                                 f"{(plan.n, plan.n_blocks)} (or flat), got {zp.dtype} "
+                                 f"{zp.shape}")
+        if g_idx is not None:
+            raise self.fail(ctx, "g_idx is not implemented on cuda")
+        if bias is not None and (bias.dtype != a.dtype or tuple(bias.shape) != (plan.n,)):
+            raise self.fail(ctx, f"bias must be {a.dtype} of shape ({plan.n},), got "
+                                 f"{bias.dtype} {bias.shape}")
+        return mode
+
+    @replayed
+    def execute_with_workspace(self, ctx: ExecutionContext, inputs: Sequence[Any],
+                               outputs: list[Any], workspace: WorkspaceView | None) -> None:
+        plan = self._plan(ctx)
+        a, b, scales = inputs[0], inputs[1], inputs[2]
+        zp, g_idx, bias = (inputs[i] if len(inputs) > i else None for i in (3, 4, 5))
+        y = outputs[0]
+        mode = self._check(ctx, plan, a, b, scales, zp, g_idx, bias)
+        m = prod(a.shape[:-1])
+        if m == 0:
+            return
+        if b.size == 0:     # an omitted projection: the bias, or zeros
+            if bias is None:
+                copies.memset_d8(y.ptr, 0, y.nbytes, ctx.stream)
+            else:
+                self._write_bias(ctx, y.ptr, bias.ptr, m, plan.n, y)
+            return
+        geo = NbGeo(plan.n, plan.k, plan.padded_k, m, plan.n_blocks,
+                    int(plan.block).bit_length() - 1, row_bytes(plan), 0, 0, mode,
+                    zp_row_bytes(plan))
+        zp_ptr = int(zp.ptr) if zp is not None else 0
+        bias_ptr = int(bias.ptr) if bias is not None else 0
+        gemv = gemv_geometry(plan, m)
+        if gemv is not None:
+            self._gemv(ctx, gemv, geo, a, b, scales, zp_ptr, bias_ptr, y, plan.bits)
+        else:
+            self._gemm(ctx, plan, geo, a, b, scales, zp_ptr, bias, y, workspace)
+
+    def _gemv(self, ctx: ExecutionContext, gemv: Gemv, geo: NbGeo, a: Any, b: Any,
+              scales: Any, zp_ptr: int, bias_ptr: int, y: Any, bits: int) -> None:
+        if int(b.ptr) % 16:
+            raise self.fail(ctx, f"B at 0x{int(b.ptr):x} is not 16-byte aligned (the gemv "
+                                 f"reads it 16 bytes at a time)")
+        geo.chunks, geo.tpr = gemv.chunks, gemv.tpr
+        fn = self.function(f"nbits_gemv_b{bits}_m{gemv.rows}_{suffix(a.dtype)}", a)
+        self.launch(fn, gemv.grid, gemv.block,
+                    [(a.ptr, PTR), (b.ptr, PTR), (scales.ptr, PTR), (zp_ptr, PTR),
+                     (bias_ptr, PTR), (y.ptr, PTR), struct_arg(geo)], ctx.stream,
+                    shared_bytes=gemv.shared_bytes)
+
+    def _write_bias(self, ctx: ExecutionContext, dst: int, bias_ptr: int, m: int, cols: int,
+                    like: Any) -> None:
+        """``dst [m, cols]`` = the bias row at ``bias_ptr`` on every row."""
+        fn = self.function(f"broadcast_rows_{suffix(like.dtype)}", like, source="gemm")
+        self.launch(fn, grid_1d(m * cols), (BLOCK, 1, 1),
+                    [(dst, PTR), (bias_ptr, PTR), (m * cols, I64), (1, I64), (cols, I64),
+                     (0, I64), (1, I64)], ctx.stream)
+
+    def _gemm(self, ctx: ExecutionContext, plan: NBitsPlan, geo: NbGeo, a: Any, b: Any,
+              scales: Any, zp_ptr: int, bias: Any, y: Any,
+              workspace: WorkspaceView | None) -> None:
+        route = gemm_route(plan, geo.m, a.dtype)
+        if workspace is None:
+            raise self.fail(ctx, f"the gemm route (M={geo.m}) needs its workspace")
+        workspace.require(route.fixed_bytes)
+        base = int(workspace.buffer.ptr)
+        w_ptr, t_ptr = base, base + route.w_bytes
+        g_ptr, g_n = base + route.fixed_bytes, workspace.nbytes - route.fixed_bytes
+        isz = a.dtype.itemsize
+        sfx = suffix(a.dtype)
+        dequant = self.function(f"nbits_dequant_b{plan.bits}_{sfx}", a)
+        scatter = self.function(f"nbits_scatter_b{8 * isz}", a)
+        vec = int(plan.k * isz % 16 == 0)
+        groups = plan.padded_k // 16
+        for n0 in range(0, plan.n, route.rows):
+            rows = min(route.rows, plan.n - n0)
+            self.launch(dequant, grid_1d(rows * groups), (BLOCK, 1, 1),
+                        [(b.ptr, PTR), (scales.ptr, PTR), (zp_ptr, PTR), (w_ptr, PTR),
+                         struct_arg(geo), (n0, I64), (rows, I64), (vec, I32)], ctx.stream)
+            dst = y.ptr if route.chunks == 1 else t_ptr
+            if bias is not None:
+                self._write_bias(ctx, dst, int(bias.ptr) + n0 * isz, geo.m, rows, a)
+            blas.run(route.problem(rows), a.ptr, w_ptr, dst, ctx.stream, g_ptr, g_n,
+                     beta=1.0 if bias is not None else 0.0, ordinal=a.device,
+                     fit_workspace=True)
+            if route.chunks > 1:
+                self.launch(scatter, grid_1d(geo.m * rows), (BLOCK, 1, 1),
+                            [(y.ptr, PTR), (t_ptr, PTR), (geo.m, I64), (rows, I64),
+                             (plan.n, I64), (n0, I64)], ctx.stream)
+

@@ -1,0 +1,599 @@
+"""Host-side logic of the CUDA com.microsoft::MatMulNBits and GatherBlockQuantized kernels
+(no GPU): registration and promises, supports(), the route and launch geometry, the
+workspace, every symbol the host can pick, and each launch the kernels make replayed by a
+numpy model of nbits.cu (same bit extraction, same index arithmetic, float32 sums) over a
+fake device memory, compared with cpu_reference under the declared promise."""
+
+from __future__ import annotations
+
+import ctypes
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from onnx_ep import Session
+from onnx_ep.core.kernel import (
+    CaptureSupport,
+    ExecutionContext,
+    NodeMeta,
+    Parity,
+    TensorSpec,
+    WorkspaceRequirement,
+    WorkspaceView,
+)
+from onnx_ep.errors import NodeError
+from onnx_ep.providers.cuda.kernels import nbits as nb
+from onnx_ep.providers.cuda.kernels import nbits_gather as gq
+from onnx_ep.providers.cuda.kernels import quant_contrib
+from onnx_ep.providers.cuda.kernels.base import BF16, suffix
+from onnx_ep.testing.ulp import judge
+from tests.helpers.nbits_cases import I4, U4, GbqCase, NBitsCase
+from tests.helpers.nbits_replay import GEMV_UNROLL, FakeBuffer, Memory, replay
+
+MS = "com.microsoft"
+F32, F16 = np.dtype(np.float32), np.dtype(np.float16)
+FLOATS = [F32, F16, BF16]
+IDS = ["float32", "float16", "bfloat16"]
+U8 = np.dtype(np.uint8)
+MNB, GBQ = quant_contrib.KERNELS
+
+
+# ---------------------------------------------------------------- registration and promises
+
+def test_keys_modules_and_capture():
+    from onnx_ep.providers import cuda
+
+    assert MNB.key.domain == MS and MNB.key.op_type == "MatMulNBits" and MNB.key.since == 1
+    assert GBQ.key.domain == MS and GBQ.key.op_type == "GatherBlockQuantized"
+    assert quant_contrib in cuda.kernel_modules()
+    assert isinstance(MNB, nb.MatMulNBits) and isinstance(GBQ, gq.GatherBlockQuantized)
+    for k in (MNB, GBQ):
+        assert k.capture_support() == CaptureSupport.SUPPORTED
+        assert k.source == "nbits"
+
+
+def test_capture_supported_kernels_keep_their_promise():
+    from onnx_ep.testing import audit_capture
+
+    found = audit_capture([MNB, GBQ])
+    assert not found, "\n".join(map(str, found))
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=IDS)
+def test_parity_per_dtype_and_bias(dtype):
+    name = dtype.name
+    plain = MNB.bind(_meta([_s(2, 64, dtype=dtype), _s(8, 2, 16), _s(8, 2, dtype=dtype)]))
+    assert plain.parity == nb.NBITS_PARITY[name]
+    biased = MNB.bind(_meta([_s(2, 64, dtype=dtype), _s(8, 2, 16), _s(8, 2, dtype=dtype),
+                             None, None, _s(8, dtype=dtype)], names=("a", "b", "s", "", "",
+                                                                      "bias")))
+    assert biased.parity == nb.NBITS_BIAS_PARITY[name]
+    assert biased.parity.atol >= plain.parity.atol and biased.parity.rtol == plain.parity.rtol
+    assert GBQ.parity == Parity.EXACT
+
+
+def test_bind_without_attributes_keeps_a_promise():
+    # what tests/helpers/cuda_family.cuda_kernel does: no K, N or block_size
+    meta = NodeMeta(name="n", op_type="MatMulNBits", domain="", opset=1, attrs={},
+                    inputs=(TensorSpec(F16, (1,)),))
+    assert MNB.bind(meta).parity == nb.NBITS_PARITY["float16"]
+
+
+# ---------------------------------------------------------------- symbols
+
+def _symbols() -> set[str]:
+    src = (Path(nb.__file__).parent / "nbits.cu").read_text()
+    names = set(re.findall(r'extern "C" __global__ void (\w+)\(', src))
+    types = re.findall(r"^EP_NB\((\w+), (\w+)\)$", src, re.M)
+    bits = re.findall(r"EP_NB_BITS\(T, S, (\d+)\)", re.search(r"#define EP_NB\(T, S\).*",
+                                                              src).group(0))
+    rows = re.findall(r"EP_NB_GEMV\(T, S, BITS, (\d+), \d+\)", src)
+    for _, s in types:
+        for b in bits:
+            names.add(f"nbits_dequant_b{b}_{s}")
+            names |= {f"nbits_gemv_b{b}_m{r}_{s}" for r in rows}
+    outs = re.findall(r"EP_GBQ\(DS, IT, IS, \w+, (\w+)\)", src)
+    idx = re.findall(r"EP_GBQ_T\(DS, [\w ]+, (\w+)\)", src)
+    for ds in re.findall(r"^EP_GBQ_I\((\w+)\)$", src, re.M):
+        names |= {f"gbq_{ds}_{i}_{o}" for i in idx for o in outs}
+    return names
+
+
+def test_every_symbol_the_host_can_pick_is_instantiated():
+    built = _symbols()
+    for dtype in nb.NBITS_FLOATS:
+        for bits in nb.NBITS_BITS:
+            assert f"nbits_dequant_b{bits}_{suffix(dtype)}" in built
+            for rows in nb.GEMV_ROWS:
+                assert f"nbits_gemv_b{bits}_m{rows}_{suffix(dtype)}" in built
+        assert f"nbits_scatter_b{8 * dtype.itemsize}" in built
+    for data, (part, _) in gq.DATA.items():
+        for i in gq.INDICES:
+            for o in gq.OUTPUTS:
+                assert f"gbq_{part}_{suffix(i)}_{suffix(o)}" in built
+    assert {"nbits_gemv_b4_m1_f16", "gbq_u8_i64_f32", "nbits_scatter_b16"} <= built
+    unroll = re.search(r"V = MAXM == 1 \? (\d) : \(MAXM <= 4 \? (\d) : (\d)\);",
+                       (Path(nb.__file__).parent / "nbits.cu").read_text())   # GemvUnroll
+    assert dict(zip(nb.GEMV_ROWS, map(int, unroll.groups()))) == nb.GEMV_UNROLL == GEMV_UNROLL
+
+
+def test_struct_layouts_match_the_source():
+    src = (Path(nb.__file__).parent / "nbits.cu").read_text()
+    for cls, name in ((nb.NbGeo, "NbGeo"), (gq.GbqGeo, "GbqGeo")):
+        body = re.search(r"struct %s \{(.*?)\};" % name, src, re.S).group(1)
+        fields = re.findall(r"^\s*(long long|int) (\w+);", body, re.M)
+        assert [f for _, f in fields] == [f for f, _ in cls._fields_], name
+        sizes = [8 if t == "long long" else 4 for t, _ in fields]
+        assert sizes == [ctypes.sizeof(t) for _, t in cls._fields_], name
+
+
+# ---------------------------------------------------------------- geometry
+
+def _plan(k, n, block=32, bits=4):
+    return nb.nbits_plan(NodeMeta(name="n", op_type="MatMulNBits", domain=MS, opset=1,
+                               attrs={"K": k, "N": n, "bits": bits, "block_size": block},
+                               inputs=()))
+
+
+@pytest.mark.parametrize("attrs", [
+    {"K": 896, "N": 4864, "bits": 4, "block_size": 32}, {"K": 100, "N": 3, "block_size": 64},
+    {"K": 20, "N": 7, "bits": 2, "block_size": 128}, {"K": 17, "N": 1, "bits": 8,
+                                                       "block_size": 16},
+    {"K": 64, "N": 4, "bits": 3, "block_size": 32}, {"K": 64, "N": 4, "block_size": 24},
+    {"K": 64, "bits": 4, "block_size": 32}, {"K": 0, "N": 4, "block_size": 32},
+])
+def test_attribute_checks_match_the_reference(attrs):
+    from onnx_ep.providers.cpu_reference import quant_contrib as ref
+
+    meta = NodeMeta(name="n", op_type="MatMulNBits", domain=MS, opset=1, attrs=attrs,
+                    inputs=())
+    got, want = [], []
+    for fn, out in ((nb.nbits_plan, got), (ref.nbits_plan, want)):
+        try:
+            p = fn(meta)
+            out.append((p.k, p.n, p.bits, p.block, p.n_blocks, p.blob, p.padded_k))
+        except NodeError as e:
+            out.append(e.detail)
+    assert got == want
+
+
+@pytest.mark.parametrize("k,n,m,want", [
+    # Qwen2.5-0.5B decode: up/gate, down, qkv, lm_head
+    (896, 4864, 1, (1, 16, 28, (304, 1, 1), 256, 0)),
+    (4864, 896, 1, (1, 64, 152, (448, 1, 1), 128, 0)),
+    (896, 1152, 1, (1, 16, 28, (288, 1, 1), 64, 0)),
+    (896, 151936, 1, (1, 8, 28, (4748, 1, 1), 256, 0)),
+    (896, 4864, 3, (4, 16, 28, (304, 1, 1), 256, 0)),
+    (896, 4864, 8, (8, 32, 28, (608, 1, 1), 256, 0)),
+    (4864, 896, 3, (4, 128, 152, (448, 1, 1), 256, 0)),
+    (4864, 896, 8, (8, 256, 152, (896, 1, 1), 256, 0)),
+    (30000, 64, 1, (1, 256, 938, (64, 1, 1), 256, 0)),
+])
+def test_gemv_geometry_of_decode_shapes(k, n, m, want):
+    g = nb.gemv_geometry(_plan(k, n), m)
+    assert (g.rows, g.tpr, g.chunks, g.grid, g.threads, g.shared_bytes) == want
+    assert g.block == (g.threads, 1, 1) and g.threads % g.tpr == 0
+
+
+@pytest.mark.parametrize("k,n,block,bits,m,why", [
+    (896, 4864, 32, 4, 9, "more rows than the gemv takes"),
+    (896, 4864, 32, 4, 0, "no rows"),
+    (48, 8, 16, 4, 1, "rows of 24 bytes"),
+    (32, 8, 16, 2, 1, "rows of 8 bytes"),
+])
+def test_gemv_geometry_declines_to_the_gemm_route(k, n, block, bits, m, why):
+    assert nb.gemv_geometry(_plan(k, n, block, bits), m) is None, why
+
+
+def test_gemv_threads_per_row_and_blocks_stay_in_range():
+    for k in (16, 32, 64, 200, 896, 2048, 4864, 8192, 20000):
+        for n in (1, 7, 64, 1000, 20000, 200000):
+            for bits in (2, 4, 8):
+                plan = _plan(k, n, 16 if bits == 8 else 64, bits)
+                g = nb.gemv_geometry(plan, 1)
+                if g is None:
+                    assert nb.row_bytes(plan) % 16
+                    continue
+                assert 8 <= g.tpr <= 256 and g.tpr & (g.tpr - 1) == 0
+                passes = -(-g.chunks // (g.tpr * nb.GEMV_UNROLL[g.rows]))  # one unless > 256
+                assert (passes == 1 or g.tpr == 256) and g.shared_bytes == 0, (k, n, bits, g)
+                assert nb.GEMV_MIN_THREADS <= g.threads <= nb.GEMV_THREADS
+                assert 1 <= g.grid[0] <= nb.GEMV_MAX_BLOCKS
+                assert g.chunks * 16 == nb.row_bytes(plan)
+
+
+def test_gemm_route_layout():
+    one = nb.gemm_route(_plan(896, 4864), 128, F16)
+    assert (one.rows, one.chunks, one.t_bytes) == (4864, 1, 0)
+    assert one.w_bytes == 4864 * 896 * 2 and one.fixed_bytes == one.w_bytes
+    assert [p.n for p in one.problems()] == [4864]
+    p = one.problems()[0]
+    assert (p.m, p.k, p.trans_b, p.trans_a, p.dtype) == (128, 896, True, False, "float16")
+    head = nb.gemm_route(_plan(896, 151936), 128, F16)
+    assert head.rows % nb.DEQUANT_ROW_ALIGN == 0 and head.chunks == 5
+    assert head.fixed_bytes <= nb.DEQUANT_BUDGET
+    assert head.w_bytes % 256 == 0 and head.t_bytes == nb._align(128 * head.rows * 2)
+    assert [p.n for p in head.problems()] == [head.rows, 151936 - 4 * head.rows]
+    even = nb.gemm_route(_plan(896, 40000 * 4), 4096, BF16)
+    assert even.rows >= nb.DEQUANT_ROW_ALIGN and even.problems()[0].dtype == "bfloat16"
+
+
+# ---------------------------------------------------------------- supports / infer_outputs
+
+@pytest.fixture
+def cublaslt(monkeypatch):
+    """cuBLASLt's bindings importable (the gemm route's supports() asks)."""
+    from onnx_ep.core.kernel import Support
+
+    monkeypatch.setattr(nb.blas, "support", lambda: Support.YES)
+
+def _s(*shape, dtype=U8):
+    return TensorSpec(dtype, shape)
+
+
+def _meta(inputs, names=None, **attrs):
+    attrs = {"K": 64, "N": 8, "bits": 4, "block_size": 32, **attrs}
+    return NodeMeta(name="n", op_type="MatMulNBits", domain=MS, opset=1, attrs=attrs,
+                    inputs=tuple(inputs),
+                    input_names=tuple(names or [f"i{i}" for i in range(len(inputs))]),
+                    output_names=("y",))
+
+
+def _mnb(dtype=F16, a=(3, 64), zp=None, bias=None, g_idx=None):
+    inputs = [_s(*a, dtype=dtype), _s(8, 2, 16), _s(8, 2, dtype=dtype), zp, g_idx, bias]
+    names = ["a", "b", "s", "zp" if zp is not None else "", "g" if g_idx else "",
+             "bias" if bias is not None else ""]
+    while inputs and inputs[-1] is None and not names[-1]:
+        inputs.pop()
+        names.pop()
+    return inputs, names
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=IDS)
+def test_supports_float_activations_zero_points_and_bias(cublaslt, dtype):
+    for zp in (None, _s(8, 1), _s(8, 2, dtype=dtype)):
+        for bias in (None, _s(8, dtype=dtype)):
+            inputs, names = _mnb(dtype, zp=zp, bias=bias)
+            s = MNB.supports(_meta(inputs, names))
+            assert s, s.reason
+    x = TensorSpec(dtype, ("batch", "seq", 64))
+    assert MNB.supports(_meta([x, _s(8, 2, 16), _s(16, dtype=dtype)]))
+
+
+@pytest.mark.parametrize("change,why", [
+    ({"a": _s(3, 64, dtype=np.float64)}, "A dtype float64"),
+    ({"s": _s(8, 2, dtype=F32)}, "scales are float32"),
+    ({"b": _s(8, 2, 16, dtype=np.int8)}, "B must be uint8"),
+    ({"zp": _s(8, 2, dtype=np.int32)}, "zero_points must be uint8 or float16"),
+    ({"g": _s(64, dtype=np.int32)}, "g_idx"),
+    ({"bias": _s(8, dtype=F32)}, "bias must be float16"),
+    ({"a": _s(3, 63, dtype=F16)}, "last dim of K=64"),
+    ({"attrs": {"bits": 3}}, "bits=3"),
+    ({"attrs": {"block_size": 24}}, "power of two"),
+    ({"attrs": {"weight_prepacked": 1}}, "weight_prepacked"),
+])
+def test_supports_declines_with_a_reason(cublaslt, change, why):
+    specs = {"a": _s(3, 64, dtype=F16), "b": _s(8, 2, 16), "s": _s(8, 2, dtype=F16),
+             "zp": None, "g": None, "bias": None}
+    specs.update({k: v for k, v in change.items() if k != "attrs"})
+    order = ["a", "b", "s", "zp", "g", "bias"]
+    names = [n if specs[n] is not None or n in "abs" else "" for n in order]
+    s = MNB.supports(_meta([specs[n] for n in order], names, **change.get("attrs", {})))
+    assert not s and why in s.reason, s.reason
+
+
+def test_without_cublaslt_only_the_gemv_route_is_taken(monkeypatch):
+    from onnx_ep.core.kernel import Support
+
+    monkeypatch.setattr(nb.blas, "support", lambda: Support.no("no nvmath"))
+    b, s = _s(8, 2, 16), _s(8, 2, dtype=F16)
+    assert MNB.supports(_meta([_s(1, 3, 64, dtype=F16), b, s]))
+    for a in (_s(9, 64, dtype=F16), TensorSpec(F16, ("m", 64))):
+        got = MNB.supports(_meta([a, b, s]))
+        assert not got and "no nvmath" in got.reason
+
+
+def test_infer_outputs_replaces_k_by_n():
+    assert MNB.infer_outputs(_meta([_s(2, 5, 64, dtype=BF16), _s(8, 2, 16),
+                                    _s(8, 2, dtype=BF16)])) == [TensorSpec(BF16, (2, 5, 8))]
+    x = TensorSpec(F16, ("b", 64))
+    assert MNB.infer_outputs(_meta([x, _s(8, 2, 16), _s(8, 2, dtype=F16)])) == \
+        [TensorSpec(F16, ("b", 8))]
+
+
+def test_workspace_only_on_the_gemm_route(monkeypatch):
+    monkeypatch.setattr(nb.blas, "workspace_bytes", lambda p, ordinal=0: 4096 + p.n)
+    k, n = 896, 4864
+    attrs = {"K": k, "N": n, "block_size": 32}
+    b, s = _s(n, 28, 16), _s(n, 28, dtype=F16)
+    decode = MNB.bind(_meta([_s(1, 1, k, dtype=F16), b, s], **attrs))
+    assert decode.workspace_requirement(_meta([_s(1, 1, k, dtype=F16), b, s], **attrs)) == \
+        WorkspaceRequirement.NONE
+    meta = _meta([_s(1, 128, k, dtype=F16), b, s], **attrs)
+    route = nb.gemm_route(_plan(k, n), 128, F16)
+    assert MNB.bind(meta).workspace_requirement(meta).nbytes == route.fixed_bytes + 4096 + n
+    symbolic = _meta([TensorSpec(F16, ("m", k)), b, s], **attrs)
+    assert MNB.bind(symbolic).workspace_requirement(symbolic) == WorkspaceRequirement.NONE
+    empty = _meta([_s(128, k, dtype=F16), _s(n, 0, 16), s], **attrs)
+    assert MNB.bind(empty).workspace_requirement(empty) == WorkspaceRequirement.NONE
+
+
+# ---------------------------------------------------------------- the launches, replayed
+
+def _run(kernel, model, mem, inputs, out_spec, monkeypatch, workspace_bytes=None):
+    """Bind ``kernel`` for ``model``'s node, execute it with launches recorded, return the
+    recorded calls (symbol, grid, block, args, shared bytes; or blas / memset entries)."""
+    node = model.graph.node[0]
+    attrs = {a.name: _attr(a) for a in node.attribute}
+    specs = tuple(None if t is None else TensorSpec(t.dtype, t.shape) for t in inputs)
+    meta = NodeMeta(name=node.name, op_type=node.op_type, domain=node.domain, opset=1,
+                    attrs=attrs, inputs=specs, input_names=tuple(node.input),
+                    output_names=tuple(node.output))
+    from onnx_ep.core.kernel import Support
+
+    monkeypatch.setattr(nb.blas, "support", lambda: Support.YES)
+    assert kernel.supports(meta), kernel.supports(meta).reason
+    bound = kernel.bind(meta)
+    calls: list[Any] = []
+    monkeypatch.setattr(bound, "function", lambda symbol, tensor, source=None: symbol)
+    monkeypatch.setattr(bound, "launch", lambda fn, grid, block, args, stream,
+                        shared_bytes=0: calls.append((fn, grid, block, args, shared_bytes)))
+    monkeypatch.setattr(nb.blas, "run", lambda problem, a, b, d, stream, ws, ws_n, *, beta=0.0,
+                        ordinal=0, fit_workspace=False, **kw:
+                        calls.append(("gemm", problem, a, b, d, ws, ws_n, beta)))
+    monkeypatch.setattr(nb.copies, "memset_d8", lambda ptr, byte, n, stream:
+                        calls.append(("memset", ptr, byte, n)))
+    from onnx_ep.providers.cuda import launch
+
+    monkeypatch.setattr(launch, "allow_dynamic_shared", lambda fn: 227 * 1024)
+    monkeypatch.setattr(nb.blas, "workspace_bytes", lambda p, ordinal=0: 512)
+    ws = None
+    need = bound.workspace_requirement(meta).nbytes if workspace_bytes is None \
+        else workspace_bytes
+    if need:
+        ws = WorkspaceView(FakeBuffer(mem.alloc(need)), need)
+    y = mem.empty(out_spec.dtype, out_spec.shape)
+    bound.execute_with_workspace(ExecutionContext(meta), list(inputs), [y], ws)
+    return calls, y
+
+
+def _attr(a):
+    from onnx import helper
+
+    return helper.get_attribute_value(a)
+
+
+def _mnb_inputs(mem, case, b_offset=0):
+    ts = []
+    for name, arr in case.inputs:
+        ts.append(None if arr is None else mem.tensor(arr, b_offset if name == "b" else 0))
+    return ts
+
+
+def _reference(model, feeds):
+    sess = Session(model, providers=["cpu_reference"])
+    try:
+        return np.asarray(sess.run(None, feeds)[0])
+    finally:
+        sess.close()
+
+
+def _check_mnb(case, monkeypatch, route):
+    mem = Memory()
+    inputs = _mnb_inputs(mem, case)
+    ref = _reference(case.model, case.feeds)
+    calls, y = _run(MNB, case.model, mem, inputs, TensorSpec(ref.dtype, ref.shape),
+                    monkeypatch)
+    kinds = [c[0] if c[0] in ("gemm", "memset") else c[0].split("_b")[0] for c in calls]
+    if route == "gemv":
+        assert kinds == ["nbits_gemv"], kinds
+    else:
+        assert "gemm" in kinds and "nbits_gemv" not in kinds, kinds
+    replay(mem, calls, case.dtype)
+    got = mem.read(y)
+    promise = MNB.bind(NodeMeta(name="n", op_type="MatMulNBits", domain=MS, opset=1,
+                                attrs={}, inputs=(TensorSpec(case.dtype, (1,)),),
+                                input_names=("a", "b", "s", "", "",
+                                             "bias" if case.bias is not None else ""),
+                                )).parity
+    d = judge(got, ref, promise)
+    assert d.kept, f"{d.reason} (promise {promise}, max abs {d.max_abs})"
+    return calls
+
+
+# ---------------------------------------------------------------- MatMulNBits replayed
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=IDS)
+@pytest.mark.parametrize("bits,block", [(4, 32), (4, 16), (8, 64), (2, 128), (4, 256)])
+@pytest.mark.parametrize("zp", [None, "packed", "typed"])
+@pytest.mark.parametrize("m", [1, 3])
+def test_gemv_model_keeps_the_promise(monkeypatch, dtype, bits, block, zp, m):
+    k = 256 if block <= 128 else 512
+    case = NBitsCase(k=k - (16 if block == 16 else 0), n=37, block=block, bits=bits,
+                     a_shape=(m, k - (16 if block == 16 else 0)), dtype=dtype, zp=zp,
+                     bias=m == 3, seed=bits * 7 + block + m)
+    route = "gemv" if nb.row_bytes(_plan(case.k, case.n, block, bits)) % 16 == 0 else "gemm"
+    _check_mnb(case, monkeypatch, route)
+
+
+@pytest.mark.parametrize("k,n,m", [(896, 300, 1), (4864, 40, 1), (4864, 20, 8),
+                                   (20000, 6, 8), (2000, 30, 4)])
+def test_gemv_rows_of_warps_and_passes_on_a_grid_stride_loop(monkeypatch, k, n, m):
+    monkeypatch.setattr(nb, "GEMV_MAX_BLOCKS", 3)
+    case = NBitsCase(k=k, n=n, block=32, a_shape=(m, k), dtype=F16, zp="typed", bias=True,
+                     seed=k + n + m)
+    assert _check_mnb(case, monkeypatch, "gemv")[0][1] == (3, 1, 1)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=IDS)
+@pytest.mark.parametrize("bits", [4, 8, 2])
+@pytest.mark.parametrize("zp", [None, "packed", "typed"])
+def test_gemm_model_keeps_the_promise(monkeypatch, dtype, bits, zp):
+    case = NBitsCase(k=200, n=41, block=32, bits=bits, a_shape=(2, 64, 200), dtype=dtype,
+                     zp=zp, bias=bits == 4, flat=bits == 8, seed=bits + 100)
+    _check_mnb(case, monkeypatch, "gemm")
+
+
+def test_gemm_route_in_chunks_scatters_every_column(monkeypatch):
+    monkeypatch.setattr(nb, "DEQUANT_BUDGET", 40 * 96 * 2)
+    monkeypatch.setattr(nb, "DEQUANT_ROW_ALIGN", 8)
+    case = NBitsCase(k=96, n=100, block=32, a_shape=(12, 96), dtype=F16, zp="packed",
+                     bias=True, seed=5)
+    calls = _check_mnb(case, monkeypatch, "gemm")
+    gemms = [c for c in calls if c[0] == "gemm"]
+    scatters = [c for c in calls if c[0] == "nbits_scatter_b16"]
+    route = nb.gemm_route(_plan(96, 100), 12, F16)
+    assert route.chunks == len(gemms) == len(scatters) > 1
+    assert [int(c[3][5][0]) for c in scatters] == list(range(0, 100, route.rows))
+
+
+def test_decode_shape_takes_one_gemv_launch(monkeypatch):
+    case = NBitsCase(k=896, n=1152, block=32, a_shape=(1, 1, 896), dtype=F16, seed=9)
+    calls = _check_mnb(case, monkeypatch, "gemv")
+    sym, grid, block, args, shared = calls[0]
+    assert sym == "nbits_gemv_b4_m1_f16" and grid == (288, 1, 1) and block == (64, 1, 1)
+    g = args[6][0]
+    assert (g.n, g.k, g.padded_k, g.m, g.n_blocks, g.log2_block, g.row_bytes, g.chunks,
+            g.tpr, g.zp_mode) == (1152, 896, 896, 1, 28, 5, 448, 28, 16, 0)
+    assert args[4][0] == 0 and args[3][0] == 0     # no bias, no zero points
+
+
+@pytest.mark.parametrize("k,block,bits", [(100, 64, 4), (40, 256, 4), (20, 128, 2),
+                                          (17, 64, 8)])
+def test_k_not_a_multiple_of_the_block(monkeypatch, k, block, bits):
+    """A partial last block; K=40 in a block of 256 leaves whole chunks of padding."""
+    for m in (1, 20):
+        case = NBitsCase(k=k, n=24, block=block, bits=bits, a_shape=(m, k), dtype=F32,
+                         zp="typed", bias=True, seed=m + k)
+        _check_mnb(case, monkeypatch, "gemv" if m == 1 else "gemm")
+
+
+def test_an_omitted_projection_gives_the_bias_or_zeros(monkeypatch):
+    rng = np.random.default_rng(3)
+    from tests.helpers.nbits_cases import one_node
+
+    for bias in (None, rng.standard_normal(8).astype(F16)):
+        a = rng.standard_normal((3, 64)).astype(F16)
+        model = one_node("MatMulNBits", [("a", a), ("b", np.zeros((8, 0, 16), np.uint8)),
+                                         ("scales", np.zeros(0, F16)), ("zp", None),
+                                         ("g_idx", None), ("bias", bias)],
+                         ["a"], K=64, N=8, bits=4, block_size=32)
+        mem = Memory()
+        inputs = [mem.tensor(v) if v is not None else None
+                  for v in (a, np.zeros((8, 0, 16), np.uint8), np.zeros(0, F16), None, None,
+                            bias)]
+        while inputs[-1] is None:
+            inputs.pop()
+        calls, y = _run(MNB, model, mem, inputs, TensorSpec(F16, (3, 8)), monkeypatch)
+        assert [c[0] for c in calls] == (["memset"] if bias is None else ["broadcast_rows_f16"])
+        replay(mem, calls, F16)
+        assert mem.read(y).tobytes() == _reference(model, {"a": a}).tobytes()
+
+
+def test_inputs_that_do_not_fit_raise_node_error(monkeypatch):
+    case = NBitsCase(k=64, n=8, block=32, a_shape=(2, 64), dtype=F16, seed=1)
+    mem = Memory()
+    inputs = _mnb_inputs(mem, case)
+    inputs[2] = mem.tensor(np.ones((8, 3), F16))
+    with pytest.raises(NodeError, match="scales must be float16"):
+        _run(MNB, case.model, mem, inputs, TensorSpec(F16, (2, 8)), monkeypatch)
+    inputs = _mnb_inputs(mem, case, b_offset=4)
+    with pytest.raises(NodeError, match="not 16-byte aligned"):
+        _run(MNB, case.model, mem, inputs, TensorSpec(F16, (2, 8)), monkeypatch)
+
+
+# ---------------------------------------------------------------- GatherBlockQuantized
+
+GBQ_CASES = [
+    ((16, 64), "int4", 0, 1, 16, True, np.float32),
+    ((16, 64), "uint4", 0, -1, 32, False, np.float16),
+    ((40, 32), "int4", 1, 0, 16, True, BF16),
+    ((3, 50, 8), "uint4", 1, 1, 16, True, np.float32),   # last block partial
+    ((3, 5, 48), "int4", -1, 2, 32, False, np.float16),
+    ((8, 6, 20), "int4", 0, 2, 16, True, BF16),
+    ((12, 64), "uint8", 0, 1, 32, False, np.float16),
+    ((12, 64), "uint8", 0, 1, 16, True, np.float32),
+    ((5, 4, 32), "uint8", 0, 2, 16, True, BF16),
+]
+
+
+@pytest.mark.parametrize("shape,data,ga,qa,block,zp,sdt,bits", [
+    (*case, bits) for case in GBQ_CASES for bits in ((4, 8, 2) if case[1] == "uint8" else (4,))])
+def test_gbq_model_matches_the_reference_bytes(monkeypatch, shape, data, ga, qa, block, zp,
+                                               sdt, bits):
+    dim = shape[ga % len(shape)]
+    idx = np.array([[0, dim - 1, -1], [-dim, dim, -dim - 1]], np.int64)
+    case = GbqCase(shape, data, ga, qa, block, zp=zp, scale_dtype=sdt, indices=idx, bits=bits,
+                   seed=len(shape) + block)
+    ref = _reference(case.model, case.feeds)
+    mem = Memory()
+    inputs = [mem.tensor(case.data), mem.tensor(case.indices), mem.tensor(case.scales)]
+    if case.zp is not None:
+        inputs.append(mem.tensor(case.zp))
+    calls, y = _run(GBQ, case.model, mem, inputs, TensorSpec(ref.dtype, ref.shape),
+                    monkeypatch)
+    (sym,) = [c[0] for c in calls]
+    assert sym == f"gbq_{gq.DATA[case.data.dtype][0]}_i64_{suffix(ref.dtype)}"
+    replay(mem, calls, None)
+    got = mem.read(y)
+    assert got.dtype == ref.dtype and got.tobytes() == ref.tobytes()
+
+
+def test_gbq_tied_embedding_int32_indices(monkeypatch):
+    idx = np.array([[1, 5, 7]], np.int32)
+    case = GbqCase((9, 896), "uint8", 0, 1, 32, indices=idx, scale_dtype=np.float16)
+    ref = _reference(case.model, case.feeds)
+    mem = Memory()
+    inputs = [mem.tensor(case.data), mem.tensor(case.indices), mem.tensor(case.scales)]
+    calls, y = _run(GBQ, case.model, mem, inputs, TensorSpec(ref.dtype, ref.shape),
+                    monkeypatch)
+    assert calls[0][0] == "gbq_u8_i32_f16" and ref.shape == (1, 3, 896)
+    replay(mem, calls, None)
+    assert mem.read(y).tobytes() == ref.tobytes()
+
+
+def _gmeta(data, indices, scales, zp=None, **attrs):
+    inputs = [data, indices, scales] + ([zp] if zp is not None else [])
+    return NodeMeta(name="g", op_type="GatherBlockQuantized", domain=MS, opset=1,
+                    attrs=attrs, inputs=tuple(inputs),
+                    input_names=tuple(f"i{i}" for i in range(len(inputs))),
+                    output_names=("y",))
+
+
+def test_gbq_supports_and_infer_outputs():
+    i64 = TensorSpec(np.int64, (2, 3))
+    m = _gmeta(_s(10, 32), i64, _s(10, 2, dtype=F16), block_size=32, bits=4)
+    assert GBQ.supports(m)
+    assert GBQ.infer_outputs(m) == [TensorSpec(F16, (2, 3, 64))]
+    m = _gmeta(TensorSpec(I4, (10, 64)), i64, _s(10, 4, dtype=BF16), block_size=16)
+    assert GBQ.supports(m) and GBQ.infer_outputs(m) == [TensorSpec(BF16, (2, 3, 64))]
+    m = _gmeta(TensorSpec(U4, (6, 64)), i64, _s(1, 64, dtype=F32), gather_axis=1,
+               quantize_axis=0, block_size=16)
+    assert GBQ.supports(m) and GBQ.infer_outputs(m) == [TensorSpec(F32, (6, 2, 3))]
+
+
+@pytest.mark.parametrize("meta,why", [
+    (_gmeta(_s(10, 32, dtype=np.int8), TensorSpec(np.int64, (2,)), _s(10, 2, dtype=F16)),
+     "data dtype int8"),
+    (_gmeta(_s(10, 32), TensorSpec(np.int16, (2,)), _s(10, 2, dtype=F16)), "int32 or int64"),
+    (_gmeta(_s(10, 32), TensorSpec(np.int64, (2,)), _s(10, 2, dtype=np.float64)),
+     "scales dtype float64"),
+    (_gmeta(_s(10, 32), TensorSpec(np.int64, (2,)), _s(10, 2, dtype=F16), _s(10, 1),
+            block_size=32, bits=4, gather_axis=1), "gather_axis 0"),
+    (_gmeta(_s(10, 32), TensorSpec(np.int64, (2,)), _s(10, 3, dtype=F16), block_size=32),
+     "scales must have shape (10, 2)"),
+    (_gmeta(_s(10, 32), TensorSpec(np.int64, (2,)), _s(10, 2, dtype=F16), _s(10, 2),
+            block_size=32), "zero_points must have shape (10, 1)"),
+    (_gmeta(_s(10, 32), TensorSpec(np.int64, (2,)), _s(10, 2, dtype=F16),
+            TensorSpec(I4, (10, 2)), block_size=32), "zero_points must have data's dtype"),
+    (_gmeta(_s(10, 32), TensorSpec(np.int64, (2,)), _s(10, 2, dtype=F16), block_size=24),
+     "power of two"),
+    (_gmeta(_s(10, 32), TensorSpec(np.int64, (2,)), _s(10, 2, dtype=F16), quantize_axis=5),
+     "out of range"),
+])
+def test_gbq_declines_with_a_reason(meta, why):
+    s = GBQ.supports(meta)
+    assert not s and why in s.reason, s.reason
