@@ -106,14 +106,12 @@ def gemv_model(mem, sym, args, shared):
         SFX[sym.split("_")[4]]
     a_ptr, b_ptr, s_ptr, zp_ptr, bias_ptr, y_ptr = (int(v) for v, _ in args[:6])
     g = args[6][0]
-    assert g.m <= rows and shared == 0      # A is read from global memory, not staged
+    stride = g.padded_k + 4 * (-(-g.padded_k // 32))     # apad's 4 floats after every 32
+    assert g.m <= rows and shared == 4 * g.m * (stride + g.padded_k // 16)
     f32 = np.float32
-    # a_group: A[m, k .. k + 16) read per group, zero past K; its sum for a zero point of T
     a = np.zeros((g.m, g.padded_k), f32)
     a[:, :g.k] = mem.view(a_ptr, dtype, g.m * g.k).reshape(g.m, g.k).astype(f32)
-    asum = np.zeros((g.m, g.padded_k // 16), f32)
-    for j in range(16):
-        asum += a[:, j::16]
+    asum = a.reshape(g.m, -1, 16).sum(-1, dtype=f32)
     words = mem.view(b_ptr, np.uint8, g.n * g.row_bytes).reshape(g.n, -1).view("<u4")
     scales = mem.view(s_ptr, dtype, g.n * g.n_blocks).reshape(g.n, -1).astype(f32)
     codes = 128 // bits
@@ -147,34 +145,6 @@ def gemv_model(mem, sym, args, shared):
     if bias_ptr:
         acc = acc + mem.view(bias_ptr, dtype, g.n).astype(f32)
     mem.view(y_ptr, dtype, g.m * g.n)[:] = acc.reshape(-1).astype(dtype)
-
-
-#: GemvUnroll of nbits.cu: chunks in flight per pass, by the kernel's rows of A
-GEMV_UNROLL = {1: 4, 4: 2, 8: 1}
-
-
-def gemv_cover(sym, grid, block, g):
-    """nbits_gemv's index math: the grid-stride rows and each row's passes of UNROLL chunks
-    (c0 = t, t + tpr * UNROLL, ...; chunk c0 + u * tpr) take every row of B and every chunk
-    of a row exactly once, and a row's threads are whole xor-shuffle groups of one warp or
-    whole warps."""
-    unroll = GEMV_UNROLL[int(sym.split("_")[3][1:])]
-    threads, tpr = block[0], g.tpr
-    assert block[1:] == (1, 1) and grid[1:] == (1, 1) and threads <= 256
-    assert tpr & (tpr - 1) == 0 and 8 <= tpr <= 256 and threads % tpr == 0
-    rows = threads // tpr
-    seen = np.zeros(g.n, np.int64)
-    for blk in range(grid[0]):
-        for slot in range(rows):
-            seen[blk * rows + slot::grid[0] * rows] += 1
-    assert (seen == 1).all()
-    taken = np.zeros(g.chunks, np.int64)
-    for t in range(tpr):
-        for c0 in range(t, g.chunks, tpr * unroll):
-            for u in range(unroll):
-                if c0 + u * tpr < g.chunks:
-                    taken[c0 + u * tpr] += 1
-    assert (taken == 1).all()
 
 
 def dequant_model(mem, sym, args):
@@ -217,7 +187,7 @@ def replay(mem, calls, dtype):
             continue
         sym, grid, block, args, shared = call
         if sym.startswith("nbits_gemv_"):
-            gemv_cover(sym, grid, block, args[6][0])
+            assert block[0] % args[6][0].tpr == 0
             gemv_model(mem, sym, args, shared)
         elif sym.startswith("nbits_dequant_"):
             dequant_model(mem, sym, args)

@@ -10,18 +10,16 @@
 // - nbits_gemv_b<BITS>_m<MAXM>_<T>: Y = A W^T (+ bias) for M <= MAXM rows of A (decode).
 //   Reads B in its stored layout, 16 bytes a load (the host takes this route only for rows of
 //   whole 16-byte chunks, and B 16-byte aligned): tpr threads per output row n (8..256, a
-//   power of two), thread t takes the row's 16-byte chunks t, t + tpr, ..., UNROLL (4 for
-//   one row of A, 2 for up to 4, 1 for 8) loads in flight per pass; the host picks tpr so a
-//   row is one pass. A is not staged: each chunk reads its 128 / BITS values of A straight
-//   from global memory (16-byte loads when A's rows are 16-byte aligned; L1-prefetched when
-//   the chunk's B load is issued), the sum of each 16 of them computed on the fly for a
-//   zero point of T. Each 16-code group lies in one quantization block (block_size is a
-//   power of two >= 16): its codes become exact floats by the magic-number trick (byte |
-//   0x4B000000 is 2^23 + byte), minus the zero point's integer part, exactly; a float32 dot
-//   product with A (two partial sums) per block is scaled once, a fractional zero point (of
-//   T) enters through the group's sum of A. Lanes of a row reduce by xor shuffles, rows of
-//   more than 32 threads through shared memory, always in the same order (deterministic).
-//   The bias (loaded with the first chunks) is added in float32, the sum rounded once to T.
+//   power of two), thread t takes the row's 16-byte chunks t, t + tpr, ... (two loads in
+//   flight for one row of A, one for more).
+//   A is staged in shared memory as float (zero past K), with the sum of each 16 of its
+//   values. Each 16-code group lies in one quantization block (block_size is a power of two
+//   >= 16): its codes become exact floats by the magic-number trick (byte | 0x4B000000 is
+//   2^23 + byte), minus the zero point's integer part, exactly; a float32 dot product with
+//   A (two partial sums) per block is scaled once, a fractional zero point (of T) enters
+//   through the group's sum of A. Lanes of a row reduce by xor shuffles, rows of more than
+//   32 threads through shared memory, always in the same order (deterministic). The bias is
+//   added in float32 and the sum rounded once to T.
 // - nbits_dequant_b<BITS>_<T>: W rows [n0, n0 + rows) as T ([rows, K], float32 arithmetic,
 //   rounded once), the operand of the cuBLASLt GEMM of large M (prefill).
 // - nbits_scatter_b16 / _b32: a [M, cols] block into columns [n0, n0 + cols) of Y [M, N].
@@ -36,6 +34,8 @@ using namespace ep;
 
 // the most threads of a gemv block (the host launches 64, 128 or 256)
 #define NB_THREADS 256
+// chunks a thread loads before it uses them (one row of A; one chunk for more rows)
+#define NB_UNROLL 2
 
 // one MatMulNBits call's geometry (Python: nbits.NbGeo); by value
 struct NbGeo {
@@ -136,11 +136,12 @@ __device__ __forceinline__ uint4 load_stream16(const void* p) {
 
 // ------------------------------------------------------------------ gemv (small M)
 
-// chunks a thread loads before it computes any, per pass over its row (GEMV_UNROLL of
-// nbits.py): four for one row of A, fewer as more rows of A give each chunk more arithmetic
-template <int MAXM> struct GemvUnroll {
-    static constexpr int V = MAXM == 1 ? 4 : (MAXM <= 4 ? 2 : 1);
-};
+// A is staged with 4 floats of padding after every 32: the threads of a row read chunks
+// 64-256 bytes apart, which would otherwise all fall in the same shared-memory banks
+__device__ __forceinline__ int apad(int k) { return k + ((k >> 5) << 2); }
+__device__ __forceinline__ int a_stride(const NbGeo& g) {
+    return g.padded_k + (((g.padded_k + 31) >> 5) << 2);
+}
 
 // 16 bytes of a row of B: 128 / BITS codes, 8 / BITS groups of 16
 template <int BITS> struct Chunk {
@@ -155,75 +156,18 @@ template <int BITS> struct Chunk {
     }
 };
 
-// a value of A as float by the bare conversion: unlike to_f32 it does not keep a NaN's
-// payload, which the float32 arithmetic it feeds drops anyway (its NaNs are canonical)
-__device__ __forceinline__ float a_f32(float x) { return x; }
-__device__ __forceinline__ float a_f32(f16 x) { return __half2float(x); }
-__device__ __forceinline__ float a_f32(bf16 x) { return to_f32(x); }
-
-// the values of T in a 32-bit word of A, low half first, as float (a_f32)
-__device__ __forceinline__ void unpack_word(u32 w, float* x, const float*) {
-    x[0] = __uint_as_float(w);
-}
-__device__ __forceinline__ void unpack_word(u32 w, float* x, const f16*) {
-    x[0] = __half2float(f16_from_bits((u16)(w & 0xFFFFu)));
-    x[1] = __half2float(f16_from_bits((u16)(w >> 16)));
-}
-__device__ __forceinline__ void unpack_word(u32 w, float* x, const bf16*) {
-    x[0] = __uint_as_float(w << 16);
-    x[1] = __uint_as_float(w & 0xFFFF0000u);
-}
-
-// x = A[m, k .. k + 16) of one row of A as float, zero past K (kmax). vec: the rows of A are
-// 16-byte aligned, so a whole group is sizeof(T) 16-byte loads; else (and for the last,
-// partial group) one value a load. A is small and read by every row of B: L1 / L2 hits
-template <class T>
-__device__ __forceinline__ void a_group(const T* __restrict__ row, int k, int kmax, bool vec,
-                                        float (&x)[16]) {
-    if (vec && k + 16 <= kmax) {
-        constexpr int NV = (int)sizeof(T), PER = 4 / (int)sizeof(T);
-        const uint4* p = reinterpret_cast<const uint4*>(row + k);
-#pragma unroll
-        for (int i = 0; i < NV; ++i) {
-            const uint4 r = __ldg(p + i);
-            unpack_word(r.x, x + (4 * i) * PER, row);
-            unpack_word(r.y, x + (4 * i + 1) * PER, row);
-            unpack_word(r.z, x + (4 * i + 2) * PER, row);
-            unpack_word(r.w, x + (4 * i + 3) * PER, row);
-        }
-    } else {
-#pragma unroll
-        for (int j = 0; j < 16; ++j) x[j] = k + j < kmax ? a_f32(__ldg(row + k + j)) : 0.0f;
-    }
-}
-
-// ask L1 for the lines of A[m, k .. k + CODES) (clamped to K) without waiting: issued beside
-// a chunk's load of B, the chunk's reads of A then hit L1 instead of adding a round trip
-template <class T, int BITS>
-__device__ __forceinline__ void prefetch_a(const T* __restrict__ row, int k, int kmax) {
-    constexpr int BYTES = Chunk<BITS>::CODES * (int)sizeof(T);
-    const char* p = reinterpret_cast<const char*>(row + k);
-    const int end = k + Chunk<BITS>::CODES < kmax ? k + Chunk<BITS>::CODES : kmax;
-    const char* last = reinterpret_cast<const char*>(row + end) - 1;
-#pragma unroll
-    for (int o = 0; o < BYTES; o += 128) {
-        const char* q = p + o < last ? p + o : last;
-        asm volatile("prefetch.global.L1 [%0];" :: "l"(q));
-    }
-    asm volatile("prefetch.global.L1 [%0];" :: "l"(last));
-}
-
 // acc[m] += scale * sum over a block's codes of the chunk of A[m, k] * (code - zp). The zero
 // point splits into its integer part zi, subtracted from each code exactly, and a fraction
-// (only a zero point of T has one), applied once per group through the group's sum of A
-// (summed in k order). A chunk inside one block (one_block: block_size >= its codes) uses
-// the scale and zero point of its first code, s_first and z_first, loaded beside its codes.
+// (only a zero point of T has one), applied once per group through the group's sum of A,
+// asum. A chunk inside one block (one_block: block_size >= its codes) reads one scale and
+// zero point.
 template <class T, int BITS, int MAXM>
 __device__ __forceinline__ void gemv_chunk(const Chunk<BITS>& ch, int c, long long n,
-                                           const T* __restrict__ a, bool vec,
+                                           const float* __restrict__ as,
+                                           const float* __restrict__ asum,
                                            const T* __restrict__ scales,
                                            const void* __restrict__ zp, const NbGeo& g,
-                                           bool one_block, float s_first, float z_first,
+                                           bool one_block, float s_first,
                                            float (&acc)[MAXM]) {
     constexpr int CODES = Chunk<BITS>::CODES;
     if (c * CODES >= g.k) return;   // all padding (K far below the last block's end)
@@ -234,16 +178,13 @@ __device__ __forceinline__ void gemv_chunk(const Chunk<BITS>& ch, int c, long lo
         const int k = c * CODES + gi * 16;
         if (k >= g.k) break;   // the last block's padding
         if (gi == 0 || !one_block) {
-            float z = z_first;
             if (gi > 0) {
 #pragma unroll
                 for (int m = 0; m < MAXM; ++m) acc[m] = fmaf(pa[m] + pb[m], s, acc[m]);
-                const int blk = k >> g.log2_block;
-                s = to_f32(__ldg(scales + n * g.n_blocks + blk));
-                z = zero_point<T, BITS>(zp, g, n, blk);
-            } else {
-                s = s_first;
             }
+            const int blk = k >> g.log2_block;
+            s = gi == 0 ? s_first : to_f32(__ldg(scales + n * g.n_blocks + blk));
+            const float z = zero_point<T, BITS>(zp, g, n, blk);
             const float zi = rintf(z);
             zb = 8388608.0f + zi;
             zf = zi - z;
@@ -257,40 +198,60 @@ __device__ __forceinline__ void gemv_chunk(const Chunk<BITS>& ch, int c, long lo
 #pragma unroll
         for (int m = 0; m < MAXM; ++m) {
             if (m >= g.m) break;
-            float x[16];
-            a_group<T>(a + (long long)m * g.k, k, g.k, vec, x);
+            const float4* p = reinterpret_cast<const float4*>(as + m * a_stride(g) + apad(k));
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-                pa[m] = fmaf(x[4 * i], q[4 * i], pa[m]);
-                pb[m] = fmaf(x[4 * i + 1], q[4 * i + 1], pb[m]);
-                pa[m] = fmaf(x[4 * i + 2], q[4 * i + 2], pa[m]);
-                pb[m] = fmaf(x[4 * i + 3], q[4 * i + 3], pb[m]);
+                const float4 x = p[i];
+                pa[m] = fmaf(x.x, q[4 * i], pa[m]);
+                pb[m] = fmaf(x.y, q[4 * i + 1], pb[m]);
+                pa[m] = fmaf(x.z, q[4 * i + 2], pa[m]);
+                pb[m] = fmaf(x.w, q[4 * i + 3], pb[m]);
             }
             // only a zero point of T has a fraction (0 * an infinite sum of A would be NaN)
-            if (g.zp_mode == 2) {
-                float v = 0.0f;
-#pragma unroll
-                for (int j = 0; j < 16; ++j) v = v + x[j];
-                pb[m] = fmaf(zf, v, pb[m]);
-            }
+            if (g.zp_mode == 2) pb[m] = fmaf(zf, asum[m * (g.padded_k >> 4) + (k >> 4)], pb[m]);
         }
     }
 #pragma unroll
     for (int m = 0; m < MAXM; ++m) acc[m] = fmaf(pa[m] + pb[m], s, acc[m]);
 }
 
-// No staging of A: a thread's loads of a pass (UNROLL chunks of B, their first scale and
-// zero point, the L1 prefetch of their A, the bias) are all issued before any is used, so a
-// row of B costs one memory round trip; the reads of A then hit L1.
 template <class T, int BITS, int MAXM>
 __device__ void nbits_gemv(const T* __restrict__ a, const u8* __restrict__ b,
                            const T* __restrict__ scales, const void* __restrict__ zp,
                            const T* __restrict__ bias, T* __restrict__ y, NbGeo g) {
+    extern __shared__ float4 nb_smem[];
     __shared__ float red[NB_THREADS / 32][MAXM];
+    float* as = reinterpret_cast<float*>(nb_smem);
+    const int groups = g.padded_k >> 4, stride = a_stride(g);
+    float* asum = as + g.m * stride;
+    // every load of a batch in flight before any store: K / blockDim loads one after the
+    // other would cost a memory latency each
+    constexpr int APER = 8;
+    for (int m = 0; m < g.m; ++m)
+        for (int k0 = 0; k0 < g.padded_k; k0 += APER * blockDim.x) {
+            float v[APER];
+#pragma unroll
+            for (int u = 0; u < APER; ++u) {
+                const int k = k0 + threadIdx.x + u * blockDim.x;
+                v[u] = k < g.k ? to_f32(a[(long long)m * g.k + k]) : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < APER; ++u) {
+                const int k = k0 + threadIdx.x + u * blockDim.x;
+                if (k < g.padded_k) as[m * stride + apad(k)] = v[u];
+            }
+        }
+    __syncthreads();
+    for (int i = threadIdx.x; i < g.m * groups; i += blockDim.x) {
+        const float* x = as + (i / groups) * stride + apad((i % groups) * 16);
+        float v = 0.0f;
+        for (int j = 0; j < 16; ++j) v = v + x[j];
+        asum[i] = v;
+    }
+    __syncthreads();
     typedef Chunk<BITS> C;
-    constexpr int UNROLL = GemvUnroll<MAXM>::V;
-    const bool vec = (reinterpret_cast<size_t>(a) & 15) == 0 &&
-                     ((long long)g.k * (long long)sizeof(T)) % 16 == 0;
+    // several rows of A give each chunk enough arithmetic to hide its load: one in flight
+    constexpr int UNROLL = MAXM == 1 ? NB_UNROLL : 1;
     const int tpr = g.tpr, rows = blockDim.x / tpr;
     const int slot = threadIdx.x / tpr, t = threadIdx.x % tpr;
     const int width = tpr < 32 ? tpr : 32;
@@ -301,38 +262,28 @@ __device__ void nbits_gemv(const T* __restrict__ a, const u8* __restrict__ b,
         float acc[MAXM];
 #pragma unroll
         for (int m = 0; m < MAXM; ++m) acc[m] = 0.0f;
-        float bv = 0.0f;
         if (n < g.n) {
-            if (bias && t == 0) bv = to_f32(__ldg(bias + n));
             const u8* row = b + n * g.row_bytes;
             for (int c0 = t; c0 < g.chunks; c0 += tpr * UNROLL) {
                 C ch[UNROLL];
-                float s0[UNROLL], z0[UNROLL];
+                float s0[UNROLL];    // each chunk's first scale, loaded beside its codes
 #pragma unroll
                 for (int u = 0; u < UNROLL; ++u) {
                     const int c = c0 + u * tpr;
-                    s0[u] = z0[u] = 0.0f;
+                    s0[u] = 0.0f;
                     if (c < g.chunks) {
                         ch[u].load(row + (long long)c * C::BYTES);
-                        const int k = c * C::CODES;
-                        if (k < g.k) {
-                            const int blk = k >> g.log2_block;
-                            s0[u] = to_f32(__ldg(scales + n * g.n_blocks + blk));
-                            z0[u] = zero_point<T, BITS>(zp, g, n, blk);
-#pragma unroll
-                            for (int m = 0; m < MAXM; ++m) {
-                                if (m >= g.m) break;
-                                prefetch_a<T, BITS>(a + (long long)m * g.k, k, g.k);
-                            }
-                        }
+                        if (c * C::CODES < g.k)
+                            s0[u] = to_f32(__ldg(scales + n * g.n_blocks +
+                                                 ((c * C::CODES) >> g.log2_block)));
                     }
                 }
 #pragma unroll
                 for (int u = 0; u < UNROLL; ++u) {
                     const int c = c0 + u * tpr;
                     if (c < g.chunks)
-                        gemv_chunk<T, BITS, MAXM>(ch[u], c, n, a, vec, scales, zp, g,
-                                                  one_block, s0[u], z0[u], acc);
+                        gemv_chunk<T, BITS, MAXM>(ch[u], c, n, as, asum, scales, zp, g,
+                                                  one_block, s0[u], acc);
                 }
             }
         }
@@ -358,6 +309,7 @@ __device__ void nbits_gemv(const T* __restrict__ a, const u8* __restrict__ b,
             __syncthreads();
         }
         if (t == 0 && n < g.n) {
+            const float bv = bias ? to_f32(bias[n]) : 0.0f;
 #pragma unroll
             for (int m = 0; m < MAXM; ++m) {
                 if (m >= g.m) break;
@@ -482,8 +434,8 @@ __device__ void gbq(const u8* __restrict__ data, const I* __restrict__ indices,
 
 // ------------------------------------------------------------------ instantiation
 
-// MINB: resident blocks per multiprocessor the registers must allow: 80 registers for one
-// row of A (four chunks in flight; 64 would spill), 128 for more rows of A
+// MINB: resident blocks per multiprocessor the registers must allow (64 registers for one row
+// of A; more rows of A need more)
 #define EP_NB_GEMV(T, S, BITS, MAXM, MINB)                                                   \
 extern "C" __global__ void __launch_bounds__(NB_THREADS, MINB)                               \
 nbits_gemv_b##BITS##_m##MAXM##_##S(const T* a, const u8* b, const T* scales, const void* zp, \
@@ -491,7 +443,7 @@ nbits_gemv_b##BITS##_m##MAXM##_##S(const T* a, const u8* b, const T* scales, con
     nbits_gemv<T, BITS, MAXM>(a, b, scales, zp, bias, y, g);                                 \
 }
 #define EP_NB_BITS(T, S, BITS)                                                               \
-    EP_NB_GEMV(T, S, BITS, 1, 3) EP_NB_GEMV(T, S, BITS, 4, 2) EP_NB_GEMV(T, S, BITS, 8, 2)   \
+    EP_NB_GEMV(T, S, BITS, 1, 4) EP_NB_GEMV(T, S, BITS, 4, 3) EP_NB_GEMV(T, S, BITS, 8, 2)   \
 extern "C" __global__ void nbits_dequant_b##BITS##_##S(const u8* b, const T* scales,        \
         const void* zp, T* w, NbGeo g, long long n0, long long rows, int vec) {             \
     nbits_dequant<T, BITS>(b, scales, zp, w, g, n0, rows, vec);                             \

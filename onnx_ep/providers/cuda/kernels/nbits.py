@@ -9,9 +9,8 @@ uint8, codes of ``bits`` (2, 4, 8) packed low bits first, dequantized per block 
 
 - **gemv** (M = rows of A <= :data:`GEMV_MAX_M`, a decode step): ``nbits_gemv_*`` reads B in
   its stored layout, 16 bytes a load, dequantizes in registers and accumulates in float32
-  (one launch, no workspace). A is read straight from global memory beside each chunk of B
-  (no staging: a row of B costs one memory round trip); rows of B that are not whole
-  16-byte chunks take the GEMM route.
+  (one launch, no workspace). A is staged in shared memory as float32; rows of B that are
+  not whole 16-byte chunks, or an A too large for :data:`GEMV_SMEM_MAX`, take the GEMM route.
 - **gemm** (larger M, a prefill): ``nbits_dequant_*`` writes W (``[rows, K]`` of A's dtype)
   into the workspace and cuBLASLt multiplies (:mod:`~onnx_ep.providers.cuda.blas`, float32
   accumulation). W is dequantized :data:`DEQUANT_BUDGET` bytes at a time: with more than one
@@ -85,16 +84,18 @@ GEMV_ROWS = (1, 4, 8)
 #: threads of a gemv block at most, and at least
 GEMV_THREADS = 256
 GEMV_MIN_THREADS = 64
-#: 16-byte chunks each gemv thread has in flight per pass over its row, by the kernel's rows
-#: of A (GemvUnroll of nbits.cu): more rows give each chunk more arithmetic and registers
-GEMV_UNROLL = {1: 4, 4: 2, 8: 1}
-#: threads the gemv aims for before it stops giving a row more of them (about a full H200)
+#: 16-byte chunks each gemv thread loads before it computes (NB_UNROLL of nbits.cu, for one
+#: row of A; more rows load one)
+GEMV_UNROLL = 2
+#: threads the gemv aims for before it gives a row more than 32 of them (about a full H200)
 GEMV_TARGET_THREADS = 1 << 17
-#: blocks the gemv aims for at least (two per H200 multiprocessor), and launches at most (a
-#: block per ``threads / tpr`` rows up to there: no grid-stride loop that would serialize
-#: the rows' round trips; the hardware keeps every multiprocessor full as blocks retire)
+#: blocks the gemv aims for at least (two per H200 multiprocessor), and launches at most
 GEMV_MIN_BLOCKS = 264
-GEMV_MAX_BLOCKS = 1 << 16
+GEMV_MAX_BLOCKS = 1024
+#: shared memory of the gemv's staged A (float32, plus one sum per 16 values); above 48 KiB
+#: the kernel is opted in to more (every sm_80+ device allows 96 KiB)
+GEMV_SMEM_MAX = 96 * 1024
+GEMV_SMEM_DEFAULT = 48 * 1024
 #: workspace bytes of one chunk of dequantized weights (and its product) on the gemm route
 DEQUANT_BUDGET = 64 << 20
 #: rows of a chunk are a multiple of this
@@ -186,45 +187,58 @@ def _pow2_at_least(n: int) -> int:
 @attrs.frozen
 class Gemv:
     """One gemv launch: ``nbits_gemv_b<bits>_m<rows>_*`` on ``grid`` x ``threads``, ``tpr``
-    threads per output column (no dynamic shared memory: A is not staged)."""
+    threads per output column, ``shared_bytes`` of staged A."""
 
     rows: int
     tpr: int
     chunks: int
     grid: tuple[int, int, int]
     threads: int
-    shared_bytes: int = 0
+    shared_bytes: int
 
     @property
     def block(self) -> tuple[int, int, int]:
         return (self.threads, 1, 1)
 
 
+def a_stride(padded_k: int) -> int:
+    """Floats of one staged row of A: 4 of padding after every 32 (``apad`` of nbits.cu,
+    which keeps the threads of a row on distinct shared-memory banks)."""
+    return padded_k + 4 * (-(-padded_k // 32))
+
+
+def gemv_shared_bytes(plan: NBitsPlan, m: int) -> int:
+    """A staged as float32 (``m`` padded rows, :func:`a_stride`) and one float per 16 of
+    its values."""
+    return 4 * m * (a_stride(plan.padded_k) + plan.padded_k // 16)
+
+
 def gemv_geometry(plan: NBitsPlan, m: int) -> Gemv | None:
     """THE route decision: the gemv launch for ``m`` rows of A, or ``None`` for the gemm
-    route (too many rows, rows of B that are not whole 16-byte chunks).
+    route (too many rows, rows of B that are not whole 16-byte chunks, A too large to stage).
 
-    Threads per row: the fewest (8 at least, 256 at most) that take the row in one pass of
-    :data:`GEMV_UNROLL` chunks each, doubled while under a warp, the row has two chunks per
-    thread and the grid stays under :data:`GEMV_TARGET_THREADS` (short rows, small N: less
-    arithmetic per thread). A row of more than 32 threads (the down projection) reduces
-    across warps once. Blocks shrink to :data:`GEMV_MIN_THREADS` threads while there are
-    fewer than :data:`GEMV_MIN_BLOCKS`.
+    Threads per row: enough for :data:`GEMV_UNROLL` chunks each (8 to 32), doubled up to 256
+    while the row has two chunks per thread and the grid stays under
+    :data:`GEMV_TARGET_THREADS` (few, long rows: the down projection); blocks shrink to
+    :data:`GEMV_MIN_THREADS` threads while there are fewer than :data:`GEMV_MIN_BLOCKS`.
     """
     rb = row_bytes(plan)
     if not 1 <= m <= GEMV_MAX_M or rb % 16:
         return None
+    smem = gemv_shared_bytes(plan, m)
+    if smem > GEMV_SMEM_MAX:
+        return None
     rows = next(r for r in GEMV_ROWS if r >= m)
     chunks = rb // 16
-    tpr = min(GEMV_THREADS, max(8, _pow2_at_least(-(-chunks // GEMV_UNROLL[rows]))))
-    while tpr < 32 and chunks >= 2 * tpr and plan.n * tpr < GEMV_TARGET_THREADS:
+    tpr = min(32, max(8, _pow2_at_least(-(-chunks // GEMV_UNROLL))))
+    while tpr < GEMV_THREADS and chunks >= 2 * tpr and plan.n * tpr < GEMV_TARGET_THREADS:
         tpr *= 2
     threads = GEMV_THREADS
     while (threads > max(tpr, GEMV_MIN_THREADS)
            and -(-plan.n // (threads // tpr)) < GEMV_MIN_BLOCKS):
         threads //= 2
     blocks = min(-(-plan.n // (threads // tpr)), GEMV_MAX_BLOCKS)
-    return Gemv(rows, tpr, chunks, (blocks, 1, 1), threads)
+    return Gemv(rows, tpr, chunks, (blocks, 1, 1), threads, smem)
 
 
 def _align(n: int) -> int:
@@ -473,6 +487,10 @@ class MatMulNBits(CudaKernel):
                                  f"reads it 16 bytes at a time)")
         geo.chunks, geo.tpr = gemv.chunks, gemv.tpr
         fn = self.function(f"nbits_gemv_b{bits}_m{gemv.rows}_{suffix(a.dtype)}", a)
+        if gemv.shared_bytes > GEMV_SMEM_DEFAULT:
+            from onnx_ep.providers.cuda import launch
+
+            launch.allow_dynamic_shared(fn)
         self.launch(fn, gemv.grid, gemv.block,
                     [(a.ptr, PTR), (b.ptr, PTR), (scales.ptr, PTR), (zp_ptr, PTR),
                      (bias_ptr, PTR), (y.ptr, PTR), struct_arg(geo)], ctx.stream,
