@@ -208,6 +208,15 @@ class Executor:
                 raise RunCancelled(f"run cancelled before step {at} ({steps[at].name!r}) "
                                    f"of {len(steps)}")
             if type(item) is int:
+                if item in skip:
+                    # a copy read in place or left on the device: its output is its input.
+                    # A decode step binds ~100 KV feeds and outputs; each through
+                    # run_step would cost microseconds of Python per token
+                    st = steps[item]
+                    env[st.out_slots[0]] = env[st.in_slots[0]]
+                    for s in st.frees:
+                        env[s] = None
+                    continue
                 run_step(item)
                 continue
             where[0] = item.steps[0]
