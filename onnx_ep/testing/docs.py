@@ -352,6 +352,10 @@ def render_operators(registry: Any, results: Mapping[str, Any],
                        f"{f'{p}/{t}' if t else '-'} | "
                        f"{on_cuda.get(op_name(r.domain, r.op_type), '-')} |")
         out.append("")
+        if domain == "com.microsoft":
+            from onnx_ep.testing.contrib_notes import CONTRIB_NOTES
+
+            out += [CONTRIB_NOTES]
     current, deprecated = missing_ai_onnx_ops(rows)
     out += ["## ai.onnx operators without a kernel", "",
             f"onnx {onnx.__version__} defines these ai.onnx operators; `{PROVIDER}` has no "
