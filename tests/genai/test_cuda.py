@@ -42,8 +42,8 @@ def test_cuda_tokens_equal_cpu_reference_with_the_cache_on_the_device(cuda, fold
 
 
 def test_a_gqa_model_generates_on_cuda_as_on_cpu_reference(cuda, tmp_path):
-    # GroupQueryAttention has no CUDA kernel yet: it falls back to the reference, and the
-    # tokens must not change
+    # every node on cuda (GroupQueryAttention appending to the shared buffer in place), the
+    # decode steps replayed as one graph, the tokens the reference's
     import json
 
     import onnx
@@ -56,3 +56,6 @@ def test_a_gqa_model_generates_on_cuda_as_on_cpu_reference(cuda, tmp_path):
     model = genai.Model(tmp_path, providers=["cuda", "cpu_reference"])
     res = genai.generate(model, [5, 9, 3, 7], max_new_tokens=10, max_length=32)
     assert res.tokens == [gm.reference_greedy(w, [5, 9, 3, 7], 10, eos=(47,))]
+    assert set(model.session.placement_summary()) == {"cuda"}
+    captures = [s.capture for s in res.stats.steps if s.kind == "decode"]
+    assert captures.count("captured") >= len(captures) - 3
