@@ -61,8 +61,10 @@ def plan_with_host_fallback(build: Any, signature: tuple[Any, ...],
     host_only: frozenset[str] = frozenset()
     promoted: frozenset[str] = frozenset()
     plan = plan_at(host_only, promoted)
-    if plan.promotable:
-        promoted = frozenset(plan.promotable)
+    # to a fixed point: a promoted node's kernel can size outputs the host's could not (a
+    # contrib op onnx cannot infer), which lets the nodes reading them be promoted in turn
+    while not set(plan.promotable) <= promoted:
+        promoted |= frozenset(plan.promotable)
         plan = plan_at(host_only, promoted)
     back: dict[str, str] = {}
 
