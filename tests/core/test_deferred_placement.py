@@ -221,3 +221,58 @@ def test_onnx_inference_of_one_node_sizes_it_from_the_plans_specs_and_values():
     assert infer_node(add, 17, (y, y), {}) == [y]
     assert infer_node(add, 17, (y, None), {}) == [None]            # an input unsized
     assert infer_node(twice, 1, (y,), {}) == [None]                # not an onnx op
+
+
+class HostThrice(HostTwice):
+    """A host op nobody can size before it runs (no ``infer_outputs``)."""
+
+    key = OpKey("test.deferred", "Thrice", 1)
+    infer_outputs = None
+
+    def execute_with_workspace(self, ctx: Any, inputs: Any, outputs: Any, workspace: Any) -> None:
+        outputs[0] = inputs[0] * 3
+
+
+class DeviceThrice(FakeKernel):
+    """The same op on the device: it needs its input's type, and sizes its output."""
+
+    def __init__(self) -> None:
+        super().__init__("Thrice", lambda x: 3 * x)
+        self.key = OpKey("test.deferred", "Thrice", 1)
+
+    def supports(self, meta: Any) -> Support:
+        if meta.inputs[0] is None:
+            return Support.no("input is not a tensor of known dtype and rank")
+        return super().supports(meta)
+
+    def infer_outputs(self, meta: Any) -> list[TensorSpec | None]:
+        return [meta.inputs[0]]
+
+
+def test_promotion_repeats_until_no_node_changes_side():
+    """Twice (host) -> Thrice -> Relu: Thrice is promoted once Twice sizes its input; only
+    then can its device kernel size Relu's input, so Relu is promoted in a second round."""
+    plugin = Plugin()
+    plugin.kernels["Thrice"] = DeviceThrice()
+    n = helper.make_node
+    g = helper.make_graph(
+        [n("Twice", ["x"], ["t"], domain="test.deferred", name="twice"),
+         n("Thrice", ["t"], ["u"], domain="test.deferred", name="thrice"),
+         n("Relu", ["u"], ["y"], name="relu")], "chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                            helper.make_opsetid("test.deferred", 1)],
+                          ir_version=ORACLE_IR_VERSION)
+
+    class Hosts:
+        @onnx_ep.hookimpl
+        def onnx_ep_register_kernels(self, register: Any) -> None:
+            register(HostThrice(), provider="cpu_reference")
+
+    s = onnx_ep.Session(m, providers=["fake", "cpu_reference"], plugins=[plugin, Hosts()])
+    x = np.array([[-1, 2, 3], [4, -5, 6]], np.float32)
+    np.testing.assert_array_equal(s.run(None, {"x": x})[0], np.maximum(6 * x, 0))
+    (plan,) = s.resources()["plans"]
+    assert sorted(plan["nodes"]["promoted"]) == ["relu", "thrice"]
+    assert plugin.kernels["Relu"].calls == 1 and plugin.kernels["Thrice"].calls == 1
