@@ -57,11 +57,10 @@ from onnx_ep.providers.cpu_reference.formats import decode_int
 from onnx_ep.providers.cpu_reference.fused_gemm import MS_DOMAIN
 from onnx_ep.providers.cpu_reference.gemm import MATMUL_PARITY
 from onnx_ep.providers.cpu_reference.lowfloat import round_to
+from onnx_ep.providers.shared.nbits import NBITS_BITS, NBitsGeometry, nbits_geometry
 
 #: A's (and scales', bias') dtypes: onnxruntime's T1 (its CPU kernel lacks bfloat16)
 NBITS_DTYPES = frozenset(np.dtype(t) for t in (np.float32, np.float16, ml_dtypes.bfloat16))
-#: code widths with a byte-aligned packing
-NBITS_BITS = (2, 4, 8)
 #: float64 weights dequantized per chunk: about 1 MiB of scratch, which stays in cache
 CHUNK_ELEMENTS = 1 << 17
 _INT4 = frozenset(np.dtype(t) for t in (ml_dtypes.int4, ml_dtypes.uint4))
@@ -101,31 +100,13 @@ def unpack_into(packed: np.ndarray, bits: int, out: np.ndarray) -> None:
 
 
 @attrs.frozen
-class NBitsPlan:
+class NBitsPlan(NBitsGeometry):
     """One MatMulNBits node's geometry and scratch layout.
 
-    :ivar k, n, bits, block: the node's attributes K, N, bits and block_size.
     :ivar rows: weight rows (outputs n) dequantized per chunk.
     """
 
-    k: int
-    n: int
-    bits: int
-    block: int
     rows: int
-
-    @property
-    def n_blocks(self) -> int:
-        return -(-self.k // self.block)
-
-    @property
-    def blob(self) -> int:
-        return self.block * self.bits // 8
-
-    @property
-    def padded_k(self) -> int:
-        """K rounded up to whole blocks: the codes of one row."""
-        return self.n_blocks * self.block
 
     @property
     def codes_nbytes(self) -> int:
@@ -139,27 +120,14 @@ class NBitsPlan:
 
 
 def nbits_plan(meta: NodeMeta) -> NBitsPlan:
-    """THE MatMulNBits attribute check and scratch-size formula (bind and run both call it).
+    """THE MatMulNBits attribute check (:func:`nbits_geometry`) and scratch-size formula
+    (bind and run both call it).
 
     :raises NodeError: when K, N, bits or block_size do not describe a valid node.
     """
-    def bad(message: str) -> NodeError:
-        return NodeError(message, node=meta.name, op_type=meta.op_type)
-
-    try:
-        k, n, block = (int(meta.attrs[a]) for a in ("K", "N", "block_size"))
-    except KeyError as exc:
-        raise bad(f"attribute {exc.args[0]} is required") from None
-    bits = int(meta.attr("bits", 4))
-    if k < 1 or n < 1:
-        raise bad(f"K and N must be >= 1, got K={k}, N={n}")
-    if bits not in NBITS_BITS:
-        raise bad(f"bits={bits} is not supported (supported: {NBITS_BITS})")
-    why = _power_of_two_block(block)
-    if why:
-        raise bad(why)
-    padded_k = -(-k // block) * block
-    return NBitsPlan(k, n, bits, block, max(1, min(n, CHUNK_ELEMENTS // padded_k)))
+    g = nbits_geometry(meta)
+    return NBitsPlan(g.k, g.n, g.bits, g.block,
+                     max(1, min(g.n, CHUNK_ELEMENTS // g.padded_k)))
 
 
 def _support_nbits(meta: NodeMeta) -> Support:

@@ -11,13 +11,13 @@ import ml_dtypes
 import numpy as np
 import onnx
 import pytest
-from onnx import helper, numpy_helper
+from onnx import numpy_helper
 
 from onnx_ep import Session
-from onnx_ep.core.dtypes import onnx_elem_type
 from onnx_ep.errors import NodeError, NoKernelError
 from onnx_ep.providers.cpu_reference.quant_contrib import KERNELS, MatMulNBits, nbits_plan
-from tests.helpers.oracle import ORACLE_IR_VERSION, ORACLE_OPSET, requires_ort, run_ort
+from tests.helpers.nbits_cases import one_node, pack
+from tests.helpers.oracle import requires_ort, run_ort
 
 ORT_1_32 = requires_ort("1.32", "onnxruntime 1.23.2 lacks 2-bit MatMulNBits and packed-uint8 "
                         "zero points in GatherBlockQuantized, gathers out-of-range indices "
@@ -30,35 +30,6 @@ U = 2.0 ** -24  # float32 unit roundoff
 
 
 # ---------------------------------------------------------------- building models
-
-
-def pack(codes: np.ndarray, bits: int) -> np.ndarray:
-    """Codes ``[..., L]`` packed ``8 / bits`` per byte along the last axis, low bits first."""
-    per = 8 // bits
-    pad = (-codes.shape[-1]) % per
-    c = np.concatenate([codes, np.zeros(codes.shape[:-1] + (pad,), codes.dtype)], -1)
-    c = c.astype(np.uint8).reshape(c.shape[:-1] + (-1, per))
-    out = np.zeros(c.shape[:-1], np.uint8)
-    for i in range(per):
-        out |= (c[..., i] << (i * bits)).astype(np.uint8)
-    return out
-
-
-def one_node(op: str, inputs: Sequence[tuple[str, np.ndarray | None]], feeds: Sequence[str],
-             **attrs: Any) -> onnx.ModelProto:
-    """One com.microsoft node; inputs not in ``feeds`` are initializers, ``None`` missing."""
-    node = helper.make_node(op, [n if v is not None else "" for n, v in inputs], ["y"],
-                            domain=MS, name=op.lower(), **attrs)
-    graph = helper.make_graph(
-        [node], op,
-        [helper.make_tensor_value_info(n, onnx_elem_type(v.dtype), v.shape)
-         for n, v in inputs if v is not None and n in feeds],
-        [helper.make_empty_tensor_value_info("y")],
-        initializer=[numpy_helper.from_array(v, n) for n, v in inputs
-                     if v is not None and n not in feeds])
-    return helper.make_model(graph, ir_version=ORACLE_IR_VERSION,
-                             opset_imports=[helper.make_opsetid("", ORACLE_OPSET),
-                                            helper.make_opsetid(MS, 1)])
 
 
 def ours(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> np.ndarray:

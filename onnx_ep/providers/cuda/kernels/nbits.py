@@ -69,12 +69,12 @@ from onnx_ep.providers.cuda.kernels.base import (
 )
 from onnx_ep.providers.cuda.kernels.fused_gemm import MATMUL_ADD_PARITY
 from onnx_ep.providers.cuda.kernels.gemm import problem_alignment
+from onnx_ep.providers.shared.nbits import NBITS_BITS, NBitsGeometry, nbits_geometry  # noqa: F401
 
 MS_DOMAIN = "com.microsoft"
 #: A's dtypes (the scales', typed zero points' and bias' too)
 NBITS_FLOATS: frozenset[np.dtype] = frozenset(
     np.dtype(t) for t in (np.float32, np.float16, BF16))
-NBITS_BITS = (2, 4, 8)
 U8 = np.dtype(np.uint8)
 
 #: the most rows of A the gemv route takes (decode steps; a prefill goes to cuBLASLt)
@@ -113,51 +113,9 @@ NBITS_BIAS_PARITY: dict[str, Parity] = {
     for name, p in NBITS_PARITY.items()}
 
 
-@attrs.frozen
-class NBitsPlan:
-    """One node's attributes K, N, bits and block_size (checked by :func:`nbits_plan`)."""
-
-    k: int
-    n: int
-    bits: int
-    block: int
-
-    @property
-    def n_blocks(self) -> int:
-        return -(-self.k // self.block)
-
-    @property
-    def blob(self) -> int:
-        """Bytes of one block of codes."""
-        return self.block * self.bits // 8
-
-    @property
-    def padded_k(self) -> int:
-        """K rounded up to whole blocks: the codes of one row of B."""
-        return self.n_blocks * self.block
-
-
-def nbits_plan(meta: NodeMeta) -> NBitsPlan:
-    """The node's attributes, checked as cpu_reference checks them.
-
-    :raises NodeError: a missing K, N or block_size, K or N below 1, bits other than 2, 4,
-        8, a block_size that is not a power of two >= 16.
-    """
-    def bad(message: str) -> NodeError:
-        return NodeError(message, node=meta.name, op_type=meta.op_type)
-
-    try:
-        k, n, block = (int(meta.attrs[a]) for a in ("K", "N", "block_size"))
-    except KeyError as exc:
-        raise bad(f"attribute {exc.args[0]} is required") from None
-    bits = int(meta.attr("bits", 4))
-    if k < 1 or n < 1:
-        raise bad(f"K and N must be >= 1, got K={k}, N={n}")
-    if bits not in NBITS_BITS:
-        raise bad(f"bits={bits} is not supported (supported: {NBITS_BITS})")
-    if block < 16 or block & (block - 1):
-        raise bad(f"block_size must be a power of two >= 16, got {block}")
-    return NBitsPlan(k, n, bits, block)
+#: this kernel's plan is the shared geometry (attributes checked as cpu_reference checks them)
+NBitsPlan = NBitsGeometry
+nbits_plan = nbits_geometry
 
 
 class NbGeo(ctypes.Structure):
