@@ -86,3 +86,37 @@ def check(m: onnx.ModelProto, feeds: dict[str, np.ndarray], parity: Parity | Non
         assert d.kept, (f"{what or node.op_type} output {i}: {d.reason} (promise {parity}; "
                         f"max ulp {d.max_ulp}, max abs {d.max_abs})")
     return [np.asarray(g) for g in got]
+
+
+def record_launches(monkeypatch: Any) -> list[tuple[str, Any, Any, int]]:
+    """Every ``CudaKernel.launch`` from now on (``monkeypatch`` undoes it after the test):
+    ``(kernel symbol, grid, block, shared bytes)``, the launch itself still made."""
+    from onnx_ep.providers.cuda.kernels.base import CudaKernel
+
+    launched: list[tuple[str, Any, Any, int]] = []
+    real = CudaKernel.launch
+
+    def spy(self: Any, fn: Any, grid: Any, block: Any, args: Any, stream: Any,
+            shared_bytes: int = 0) -> Any:
+        launched.append((fn.name, grid, block, shared_bytes))
+        return real(self, fn, grid, block, args, stream, shared_bytes=shared_bytes)
+
+    monkeypatch.setattr(CudaKernel, "launch", spy)
+    return launched
+
+
+def check_replays_match_eager(m: onnx.ModelProto, feeds: dict[str, np.ndarray],
+                              replays: int = 3) -> None:
+    """A session that must capture ``m`` whole: its replays give the eager run's bytes."""
+    from onnx_ep import RunOptions, Session, SessionOptions
+
+    sess = Session(m, providers=["cuda"], options=SessionOptions(capture="require"))
+    try:
+        eager = sess.run(None, feeds, RunOptions(capture="off"))
+        for _ in range(replays):
+            replay = sess.run(None, feeds)
+            for a, b in zip(replay, eager):
+                assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
+        assert sum(p["replays"] for p in sess.capture_report()["plans"]) >= 1
+    finally:
+        sess.close()

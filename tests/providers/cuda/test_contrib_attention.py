@@ -17,7 +17,7 @@ import onnx
 import pytest
 from onnx import helper
 
-from tests.helpers.cuda_family import FLOATS, check, random
+from tests.helpers.cuda_family import FLOATS, check, check_replays_match_eager, random
 from tests.helpers.oracle import ORACLE_IR_VERSION
 
 pytestmark = pytest.mark.cuda
@@ -209,16 +209,6 @@ def test_multi_head_attention_scores_in_the_workspace(cuda_device, dtype):
 
 @pytest.mark.parametrize("dtype", DT, ids=IDS)
 def test_multi_head_attention_captured_replays_equal_eager_runs(cuda_device, dtype):
-    from onnx_ep import RunOptions, Session, SessionOptions
 
     m, feeds = _mha(2, 1, 1, 6, 2, 32, 32, dtype, "bias+pad-lengths+causal", seed=5)
-    sess = Session(m, providers=["cuda"], options=SessionOptions(capture="require"))
-    try:
-        eager = sess.run(None, feeds, RunOptions(capture="off"))
-        for _ in range(3):
-            replay = sess.run(None, feeds)
-            for a, b in zip(replay, eager):
-                assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
-        assert sum(p["replays"] for p in sess.capture_report()["plans"]) >= 1
-    finally:
-        sess.close()
+    check_replays_match_eager(m, feeds)

@@ -14,7 +14,7 @@ import pytest
 from onnx_ep.providers.cuda import blas
 from onnx_ep.providers.cuda.kernels import nbits as nb
 from onnx_ep.providers.cuda.kernels import quant_contrib
-from tests.helpers.cuda_family import FLOATS, check
+from tests.helpers.cuda_family import FLOATS, check, check_replays_match_eager, record_launches
 from tests.helpers.nbits_cases import GbqCase, NBitsCase, one_node
 
 pytestmark = pytest.mark.cuda
@@ -138,16 +138,7 @@ def test_an_omitted_projection_gives_the_bias(cuda_device):
 
 def test_a_decode_step_is_one_gemv_launch(cuda_device, monkeypatch):
     from onnx_ep import Session
-    from onnx_ep.providers.cuda.kernels.base import CudaKernel
-
-    launched = []
-    real = CudaKernel.launch
-
-    def spy(self, fn, grid, block, args, stream, shared_bytes=0):
-        launched.append((fn.name, grid, block, shared_bytes))
-        return real(self, fn, grid, block, args, stream, shared_bytes=shared_bytes)
-
-    monkeypatch.setattr(CudaKernel, "launch", spy)
+    launched = record_launches(monkeypatch)
     case = NBitsCase(k=896, n=4864, block=32, a_shape=(1, 1, 896), dtype=np.float16, seed=1)
     sess = Session(case.model, providers=["cuda"])
     try:
@@ -184,20 +175,10 @@ def test_one_session_takes_both_routes_as_the_rows_change(cuda_device):
 @pytest.mark.parametrize("m", ROWS)
 @pytest.mark.parametrize("dtype", DT, ids=IDS)
 def test_captured_replays_equal_eager_runs_bit_for_bit(cuda_device, dtype, m):
-    from onnx_ep import Session, SessionOptions
 
     case = NBitsCase(k=896, n=1152, block=32, a_shape=(1, m, 896), dtype=dtype, zp="packed",
                      bias=True, seed=20 + m)
-    sess = Session(case.model, providers=["cuda"], options=SessionOptions(capture="require"))
-    try:
-        eager = sess.run(None, case.feeds, _eager())
-        for _ in range(3):
-            replay = sess.run(None, case.feeds)
-            for a, b in zip(replay, eager):
-                assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
-        assert sum(p["replays"] for p in sess.capture_report()["plans"]) >= 1
-    finally:
-        sess.close()
+    check_replays_match_eager(case.model, case.feeds)
 
 
 def test_runs_are_deterministic(cuda_device):
@@ -255,16 +236,7 @@ def test_tied_int4_embedding(cuda_device, index_dtype):
 
 
 def test_gather_block_quantized_captured_replays(cuda_device):
-    from onnx_ep import Session, SessionOptions
 
     case = GbqCase((100, 128), "uint8", 0, 1, 32, scale_dtype=np.float16,
                    indices=np.array([[3, 99, -1]], np.int64))
-    sess = Session(case.model, providers=["cuda"], options=SessionOptions(capture="require"))
-    try:
-        eager = sess.run(None, case.feeds, _eager())
-        for _ in range(3):
-            replay = sess.run(None, case.feeds)
-            assert np.asarray(replay[0]).tobytes() == np.asarray(eager[0]).tobytes()
-        assert sum(p["replays"] for p in sess.capture_report()["plans"]) >= 1
-    finally:
-        sess.close()
+    check_replays_match_eager(case.model, case.feeds)
