@@ -9,6 +9,7 @@ so ordering and liveness account for them.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -331,6 +332,9 @@ def _without_contradicted_hints(model: onnx.ModelProto,
     keep = [v for v in model.graph.value_info if agrees(dims(v.type), dims(found.get(v.name)))]
     if len(keep) == len(model.graph.value_info):
         return None
+    logging.getLogger("onnx_ep").warning(
+        "%d value_info shapes contradict onnx's shape inference and are ignored (as "
+        "onnxruntime does)", len(model.graph.value_info) - len(keep))
     bare.graph.value_info.extend(keep)
     return bare
 

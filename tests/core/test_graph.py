@@ -188,3 +188,30 @@ def test_onnx_checker_lets_through_what_onnxruntime_runs():
     (y,) = onnx_ep.Session(m, providers=["cpu_reference"]).run(
         None, {"x": np.array([3, 4], np.float32)})
     np.testing.assert_allclose(y, np.array([3, 4]) / np.sqrt(12.5) * [3, 4], rtol=1e-5)
+
+
+def test_an_intermediate_shape_hint_inference_contradicts_is_dropped_as_onnxruntime_does(
+        caplog):
+    """onnxruntime-genai's builder declares every Constant output a scalar whatever its
+    shape: such intermediate hints are ignored (with a warning), the model loads and runs."""
+    vi = helper.make_tensor_value_info
+    c = helper.make_tensor("c", TensorProto.FLOAT, [2], [1.0, 2.0])
+    g = helper.make_graph(
+        [helper.make_node("Constant", [], ["k"], value=c),
+         helper.make_node("Add", ["x", "k"], ["y"])], "hint",
+        [vi("x", TensorProto.FLOAT, [2])], [vi("y", TensorProto.FLOAT, [2])],
+        value_info=[vi("k", TensorProto.FLOAT, [])])          # the builder's scalar hint
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    import logging
+
+    import onnx_ep
+    with caplog.at_level(logging.WARNING, logger="onnx_ep"):
+        s = onnx_ep.Session(m, providers=["cpu_reference"])
+    assert any("contradict" in r.getMessage() for r in caplog.records)
+    np.testing.assert_array_equal(s.run(None, {"x": np.zeros(2, np.float32)})[0], [1, 2])
+    # a graph output declared unlike what its producer makes is still refused
+    bad = onnx.ModelProto()
+    bad.CopyFrom(m)
+    bad.graph.output[0].CopyFrom(vi("y", TensorProto.FLOAT, [3]))
+    with pytest.raises(ModelError, match="contradicts"):
+        build_graph(bad)
