@@ -16,6 +16,7 @@ from onnx_ep.core.kernel import CaptureSupport, ExecutionContext, NodeMeta, Tens
 from onnx_ep.errors import NodeError
 from onnx_ep.providers.cuda.kernels import contrib_attention as ca
 from onnx_ep.providers.cuda.kernels.base import I64, PTR, suffix
+from tests.helpers.host_tensor import HostTensor
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 F16, F32 = np.dtype(np.float16), np.dtype(np.float32)
@@ -143,19 +144,6 @@ def test_rope_infer_outputs():
 
 # ---------------------------------------------------------------- the launches
 
-class _Tensor:
-    """A device tensor's host-visible face: address, shape, dtype."""
-
-    def __init__(self, shape, dtype, ptr):
-        self.shape, self.dtype, self.ptr, self.device = tuple(shape), np.dtype(dtype), ptr, 0
-
-    @property
-    def ndim(self):
-        return len(self.shape)
-
-    @property
-    def size(self):
-        return int(np.prod(self.shape, dtype=np.int64))
 
 
 class _Workspace:
@@ -181,9 +169,9 @@ def _run(op, inputs, outputs, monkeypatch, workspace=None, **attrs):
 
 
 def test_rope_launch_reads_positions_on_the_device(monkeypatch):
-    x, pid = _Tensor((2, 5, 32), BF16, 4096), _Tensor((1,), INT64, 8192)
-    cos, sin = _Tensor((64, 4), BF16, 16384), _Tensor((64, 4), BF16, 32768)
-    y = _Tensor((2, 5, 32), BF16, 65536)
+    x, pid = HostTensor((2, 5, 32), BF16, 4096), HostTensor((1,), INT64, 8192)
+    cos, sin = HostTensor((64, 4), BF16, 16384), HostTensor((64, 4), BF16, 32768)
+    y = HostTensor((2, 5, 32), BF16, 65536)
     (call,) = _run(ROPE, [x, pid, cos, sin], [y], monkeypatch, num_heads=2,
                    rotary_embedding_dim=8, interleaved=1)
     fn, grid, block, args, _ = call
@@ -196,10 +184,10 @@ def test_rope_launch_reads_positions_on_the_device(monkeypatch):
 
 
 def test_rope_shapes_that_change_after_placement_raise_node_error(monkeypatch):
-    x, pid = _Tensor((2, 5, 32), F16, 4096), _Tensor((3, 5), INT64, 8192)
-    cos = _Tensor((64, 8), F16, 16384)
+    x, pid = HostTensor((2, 5, 32), F16, 4096), HostTensor((3, 5), INT64, 8192)
+    cos = HostTensor((64, 8), F16, 16384)
     with pytest.raises(NodeError, match="position_ids"):
-        _run(ROPE, [x, pid, cos, cos], [_Tensor((2, 5, 32), F16, 1 << 20)], monkeypatch,
+        _run(ROPE, [x, pid, cos, cos], [HostTensor((2, 5, 32), F16, 1 << 20)], monkeypatch,
              num_heads=2)
 
 
@@ -312,12 +300,12 @@ def test_mha_workspace_only_when_the_scores_row_leaves_shared_memory():
 
 
 def test_mha_launches_present_copies_then_one_row_kernel(monkeypatch):
-    q, kk, v = (_Tensor((2, 3, 16), F16, 1 << 12), _Tensor((2, 4, 16), F16, 1 << 13),
-                _Tensor((2, 4, 24), F16, 1 << 14))
-    bias, pad = _Tensor((56,), F16, 1 << 15), _Tensor((2,), I32, 1 << 16)
-    pk, pv = _Tensor((2, 2, 5, 8), F16, 1 << 17), _Tensor((2, 2, 5, 12), F16, 1 << 18)
-    y, ok, ov = (_Tensor((2, 3, 24), F16, 1 << 20), _Tensor((2, 2, 9, 8), F16, 1 << 21),
-                 _Tensor((2, 2, 9, 12), F16, 1 << 22))
+    q, kk, v = (HostTensor((2, 3, 16), F16, 1 << 12), HostTensor((2, 4, 16), F16, 1 << 13),
+                HostTensor((2, 4, 24), F16, 1 << 14))
+    bias, pad = HostTensor((56,), F16, 1 << 15), HostTensor((2,), I32, 1 << 16)
+    pk, pv = HostTensor((2, 2, 5, 8), F16, 1 << 17), HostTensor((2, 2, 5, 12), F16, 1 << 18)
+    y, ok, ov = (HostTensor((2, 3, 24), F16, 1 << 20), HostTensor((2, 2, 9, 8), F16, 1 << 21),
+                 HostTensor((2, 2, 9, 12), F16, 1 << 22))
     calls = _run(MHA, [q, kk, v, bias, pad, None, pk, pv], [y, ok, ov], monkeypatch,
                  num_heads=2, unidirectional=1, mask_filter_value=-1e9)
     assert [c[0] for c in calls] == ["mha_present_f16", "mha_present_f16", "mha_f16"]
@@ -338,8 +326,8 @@ def test_mha_launches_present_copies_then_one_row_kernel(monkeypatch):
 
 
 def test_mha_scores_in_the_workspace(monkeypatch):
-    q, kk = _Tensor((1, 2, 16), F32, 1 << 12), _Tensor((1, 20000, 16), F32, 1 << 20)
-    y = _Tensor((1, 2, 16), F32, 1 << 28)
+    q, kk = HostTensor((1, 2, 16), F32, 1 << 12), HostTensor((1, 20000, 16), F32, 1 << 20)
+    y = HostTensor((1, 2, 16), F32, 1 << 28)
     ws = _Workspace(1 * 2 * 2 * 20000 * 4, 1 << 30)
     (call,) = _run(MHA, [q, kk, kk], [y], monkeypatch, workspace=ws, num_heads=2)
     fn, grid, block, args, shared = call
@@ -348,14 +336,14 @@ def test_mha_scores_in_the_workspace(monkeypatch):
 
 
 def test_mha_without_a_workspace_it_needs_raises(monkeypatch):
-    q, kk = _Tensor((1, 2, 16), F32, 1 << 12), _Tensor((1, 20000, 16), F32, 1 << 20)
+    q, kk = HostTensor((1, 2, 16), F32, 1 << 12), HostTensor((1, 20000, 16), F32, 1 << 20)
     with pytest.raises(NodeError, match="workspace"):
-        _run(MHA, [q, kk, kk], [_Tensor((1, 2, 16), F32, 1 << 28)], monkeypatch, num_heads=2)
+        _run(MHA, [q, kk, kk], [HostTensor((1, 2, 16), F32, 1 << 28)], monkeypatch, num_heads=2)
 
 
 def test_mha_present_only_no_row_kernel(monkeypatch):
-    q, kk = _Tensor((1, 2, 16), F32, 1 << 12), _Tensor((1, 3, 16), F32, 1 << 16)
-    calls = _run(MHA, [q, kk, kk], [None, _Tensor((1, 2, 3, 8), F32, 1 << 20)], monkeypatch,
+    q, kk = HostTensor((1, 2, 16), F32, 1 << 12), HostTensor((1, 3, 16), F32, 1 << 16)
+    calls = _run(MHA, [q, kk, kk], [None, HostTensor((1, 2, 3, 8), F32, 1 << 20)], monkeypatch,
                  num_heads=2)
     assert [c[0] for c in calls] == ["mha_present_f32"]
     assert calls[0][3][2][0] == 0        # no bias

@@ -18,6 +18,7 @@ from onnx_ep.providers.cuda.kernels import normalization as norm
 from onnx_ep.providers.cuda.kernels.base import F32, PTR, suffix
 from onnx_ep.providers.cuda.kernels.softmax import NORM_PARITY
 from onnx_ep.testing.ulp import judge
+from tests.helpers.host_tensor import HostTensor
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 F16 = np.dtype(np.float16)
@@ -160,19 +161,6 @@ def test_infer_outputs():
 
 # ---------------------------------------------------------------- the launch
 
-class _Tensor:
-    """A device tensor's host-visible face: address, shape, dtype."""
-
-    def __init__(self, shape, dtype, ptr):
-        self.shape, self.dtype, self.ptr, self.device = tuple(shape), np.dtype(dtype), ptr, 0
-
-    @property
-    def ndim(self):
-        return len(self.shape)
-
-    @property
-    def size(self):
-        return int(np.prod(self.shape, dtype=np.int64))
 
 
 def _run(op, inputs, outputs, monkeypatch, **attrs):
@@ -189,8 +177,8 @@ def _run(op, inputs, outputs, monkeypatch, **attrs):
 
 
 def test_simplified_launches_once_with_16_byte_packs(monkeypatch):
-    x, s = _Tensor((7, 896), F16, 4096), _Tensor((896,), F16, 65536)
-    y, inv = _Tensor((7, 896), F16, 1 << 20), _Tensor((7, 1), np.float32, 1 << 21)
+    x, s = HostTensor((7, 896), F16, 4096), HostTensor((896,), F16, 65536)
+    y, inv = HostTensor((7, 896), F16, 1 << 20), HostTensor((7, 1), np.float32, 1 << 21)
     (call,) = _run(SIMPLIFIED, [x, s], [y, inv], monkeypatch, epsilon=1e-6)
     fn, grid, block, args = call
     assert fn == "rms_norm_v8_f16" and grid == (7, 1, 1) and block == (128, 1, 1)
@@ -201,8 +189,8 @@ def test_simplified_launches_once_with_16_byte_packs(monkeypatch):
 
 
 def test_simplified_along_an_inner_axis_repeats_the_scale(monkeypatch):
-    x, s, y = (_Tensor((2, 3, 20), FLOAT32, 4096), _Tensor((20,), FLOAT32, 8192),
-               _Tensor((2, 3, 20), FLOAT32, 16384))
+    x, s, y = (HostTensor((2, 3, 20), FLOAT32, 4096), HostTensor((20,), FLOAT32, 8192),
+               HostTensor((2, 3, 20), FLOAT32, 16384))
     (call,) = _run(SIMPLIFIED, [x, s], [y], monkeypatch, axis=1)
     fn, grid, block, args = call
     assert fn == "rms_norm_v4_f32" and grid == (2, 1, 1) and block == (32, 1, 1)
@@ -211,10 +199,11 @@ def test_simplified_along_an_inner_axis_repeats_the_scale(monkeypatch):
 
 
 def test_skip_with_bias_and_broadcast_skip(monkeypatch):
-    x, skip = _Tensor((2, 3, 4864), BF16, 4096), _Tensor((3, 4864), BF16, 1 << 16)
-    gamma, bias = _Tensor((4864,), BF16, 1 << 17), _Tensor((4864,), BF16, 1 << 18)
-    y, inv, total = (_Tensor((2, 3, 4864), BF16, 1 << 20), _Tensor((2, 3, 1), np.float32, 1 << 21),
-                     _Tensor((2, 3, 4864), BF16, 1 << 22))
+    x, skip = HostTensor((2, 3, 4864), BF16, 4096), HostTensor((3, 4864), BF16, 1 << 16)
+    gamma, bias = HostTensor((4864,), BF16, 1 << 17), HostTensor((4864,), BF16, 1 << 18)
+    y, inv, total = (HostTensor((2, 3, 4864), BF16, 1 << 20),
+                     HostTensor((2, 3, 1), np.float32, 1 << 21),
+                     HostTensor((2, 3, 4864), BF16, 1 << 22))
     (call,) = _run(SKIP, [x, skip, gamma, bias], [y, None, inv, total], monkeypatch)
     fn, grid, block, args = call
     assert fn == "rms_norm_v8_bf16" and grid == (6, 1, 1) and block == (256, 1, 1)
@@ -225,22 +214,22 @@ def test_skip_with_bias_and_broadcast_skip(monkeypatch):
 
 
 def test_unaligned_pointer_takes_one_element_loads(monkeypatch):
-    x, skip, gamma = (_Tensor((4, 896), F16, 4096 + 2), _Tensor((4, 896), F16, 65536),
-                      _Tensor((896,), F16, 1 << 17))
-    (call,) = _run(SKIP, [x, skip, gamma], [_Tensor((4, 896), F16, 1 << 20)], monkeypatch)
+    x, skip, gamma = (HostTensor((4, 896), F16, 4096 + 2), HostTensor((4, 896), F16, 65536),
+                      HostTensor((896,), F16, 1 << 17))
+    (call,) = _run(SKIP, [x, skip, gamma], [HostTensor((4, 896), F16, 1 << 20)], monkeypatch)
     assert call[0] == "rms_norm_v1_f16" and call[2] == (256, 1, 1)
 
 
 def test_no_rows_no_launch(monkeypatch):
-    x, s = _Tensor((0, 8), FLOAT32, 4096), _Tensor((8,), FLOAT32, 8192)
-    assert _run(SIMPLIFIED, [x, s], [_Tensor((0, 8), FLOAT32, 16384)], monkeypatch) == []
+    x, s = HostTensor((0, 8), FLOAT32, 4096), HostTensor((8,), FLOAT32, 8192)
+    assert _run(SIMPLIFIED, [x, s], [HostTensor((0, 8), FLOAT32, 16384)], monkeypatch) == []
 
 
 def test_shapes_that_change_after_placement_raise_node_error(monkeypatch):
-    x, skip, gamma = (_Tensor((2, 3, 16), F16, 4096), _Tensor((2, 1, 16), F16, 8192),
-                      _Tensor((16,), F16, 16384))
+    x, skip, gamma = (HostTensor((2, 3, 16), F16, 4096), HostTensor((2, 1, 16), F16, 8192),
+                      HostTensor((16,), F16, 16384))
     with pytest.raises(NodeError, match="skip of shape"):
-        _run(SKIP, [x, skip, gamma], [_Tensor((2, 3, 16), F16, 32768)], monkeypatch)
+        _run(SKIP, [x, skip, gamma], [HostTensor((2, 3, 16), F16, 32768)], monkeypatch)
 
 
 # ---------------------------------------------------------------- the float32 recipe

@@ -20,6 +20,7 @@ from onnx_ep.providers.cuda.kernels import normalization as norm
 from onnx_ep.providers.cuda.kernels.base import F32, I64, PTR, suffix
 from onnx_ep.providers.cuda.kernels.softmax import NORM_PARITY
 from onnx_ep.testing.ulp import judge
+from tests.helpers.host_tensor import HostTensor
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 F16, FLOAT32 = np.dtype(np.float16), np.dtype(np.float32)
@@ -95,17 +96,6 @@ def test_infer_outputs():
     assert K.infer_outputs(_meta([x, x, _spec(8)], 1)) == [x]
 
 
-class _Tensor:
-    def __init__(self, shape, dtype, ptr):
-        self.shape, self.dtype, self.ptr, self.device = tuple(shape), np.dtype(dtype), ptr, 0
-
-    @property
-    def ndim(self):
-        return len(self.shape)
-
-    @property
-    def size(self):
-        return int(np.prod(self.shape, dtype=np.int64))
 
 
 def _run(inputs, outputs, monkeypatch, **attrs):
@@ -121,13 +111,13 @@ def _run(inputs, outputs, monkeypatch, **attrs):
 
 
 def test_launch_with_beta_bias_and_broadcast_skip(monkeypatch):
-    x, skip = _Tensor((2, 3, 896), F16, 4096), _Tensor((3, 896), F16, 1 << 16)
-    gamma, beta, bias = (_Tensor((896,), F16, 1 << 17), _Tensor((896,), F16, 1 << 18),
-                         _Tensor((896,), F16, 1 << 19))
-    y, mean, inv, total = (_Tensor((2, 3, 896), F16, 1 << 20),
-                           _Tensor((2, 3, 1), np.float32, 1 << 21),
-                           _Tensor((2, 3, 1), np.float32, 1 << 22),
-                           _Tensor((2, 3, 896), F16, 1 << 23))
+    x, skip = HostTensor((2, 3, 896), F16, 4096), HostTensor((3, 896), F16, 1 << 16)
+    gamma, beta, bias = (HostTensor((896,), F16, 1 << 17), HostTensor((896,), F16, 1 << 18),
+                         HostTensor((896,), F16, 1 << 19))
+    y, mean, inv, total = (HostTensor((2, 3, 896), F16, 1 << 20),
+                           HostTensor((2, 3, 1), np.float32, 1 << 21),
+                           HostTensor((2, 3, 1), np.float32, 1 << 22),
+                           HostTensor((2, 3, 896), F16, 1 << 23))
     (call,) = _run([x, skip, gamma, beta, bias], [y, mean, inv, total], monkeypatch,
                    epsilon=1e-5)
     fn, grid, block, args = call
@@ -139,9 +129,9 @@ def test_launch_with_beta_bias_and_broadcast_skip(monkeypatch):
 
 
 def test_missing_optionals_pass_null_and_unaligned_rows_take_one_element_loads(monkeypatch):
-    x, skip, gamma = (_Tensor((4, 1001), FLOAT32, 4096), _Tensor((4, 1001), FLOAT32, 1 << 16),
-                      _Tensor((1001,), FLOAT32, 1 << 17))
-    y = _Tensor((4, 1001), FLOAT32, 1 << 20)
+    x, skip, gamma = (HostTensor((4, 1001), FLOAT32, 4096), HostTensor((4, 1001), FLOAT32, 1 << 16),
+                      HostTensor((1001,), FLOAT32, 1 << 17))
+    y = HostTensor((4, 1001), FLOAT32, 1 << 20)
     (call,) = _run([x, skip, gamma], [y], monkeypatch)
     fn, grid, block, args = call
     assert fn == "skip_layer_norm_v1_f32" and block == (256, 1, 1)
@@ -150,15 +140,15 @@ def test_missing_optionals_pass_null_and_unaligned_rows_take_one_element_loads(m
 
 
 def test_shapes_that_change_after_placement_raise_node_error(monkeypatch):
-    x, skip, gamma = (_Tensor((2, 3, 16), F16, 4096), _Tensor((2, 1, 16), F16, 8192),
-                      _Tensor((16,), F16, 16384))
+    x, skip, gamma = (HostTensor((2, 3, 16), F16, 4096), HostTensor((2, 1, 16), F16, 8192),
+                      HostTensor((16,), F16, 16384))
     with pytest.raises(NodeError, match="skip of shape"):
-        _run([x, skip, gamma], [_Tensor((2, 3, 16), F16, 32768)], monkeypatch)
+        _run([x, skip, gamma], [HostTensor((2, 3, 16), F16, 32768)], monkeypatch)
 
 
 def test_no_rows_no_launch(monkeypatch):
-    x, g = _Tensor((0, 8), FLOAT32, 4096), _Tensor((8,), FLOAT32, 8192)
-    assert _run([x, x, g], [_Tensor((0, 8), FLOAT32, 16384)], monkeypatch) == []
+    x, g = HostTensor((0, 8), FLOAT32, 4096), HostTensor((8,), FLOAT32, 8192)
+    assert _run([x, x, g], [HostTensor((0, 8), FLOAT32, 16384)], monkeypatch) == []
 
 
 def _recipe(x, skip, gamma, beta, bias, eps, block, v):
