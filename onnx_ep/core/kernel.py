@@ -445,7 +445,9 @@ class Aliases(Protocol):
     # A kernel whose output is a view only at some shapes (a Transpose that moves axes of
     # size 1 alone) may instead define ``aliases_at(inputs) -> Mapping[int, int] | None``:
     # asked per shape signature with the input specs; where it answers, the same holds
-    # at that signature, and elsewhere ``outputs[j]`` is a buffer as usual.
+    # at that signature, and elsewhere ``outputs[j]`` is a buffer as usual. One that writes
+    # through its view sets ``writes_in_place = True``: the alias then holds only where
+    # the node is its input's sole reader (``core.arena.step_aliases``).
 
 
 REQUIRED_KERNEL_METHODS = ("capture_support", "workspace_requirement", "execute_with_workspace")
