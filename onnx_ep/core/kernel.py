@@ -295,6 +295,15 @@ class NodeMeta:
         ``None``."""
         return self.constants.get(index)
 
+    def given(self, index: int) -> bool:
+        """Whether optional input ``index`` is wired: named in the model (``""`` or past the
+        end: left out); without names, whether its spec is known."""
+        if index >= len(self.inputs):
+            return False
+        if self.input_names and index < len(self.input_names):
+            return bool(self.input_names[index])
+        return self.inputs[index] is not None
+
 
 class ExecutionContext:
     """What a kernel sees while it runs.

@@ -32,11 +32,11 @@ from onnx_ep.core.kernel import (
 from onnx_ep.providers.cpu_reference.base import CpuKernel, check_same_dtype
 from onnx_ep.providers.cpu_reference.dot import matmul
 from onnx_ep.providers.cpu_reference.formats import BFLOAT16, source_value
+from onnx_ep.providers.cpu_reference.fused_gemm import MS_DOMAIN
 from onnx_ep.providers.cpu_reference.lowfloat import round_to, upcast
 from onnx_ep.providers.cpu_reference.normalization import check_skip_inputs
 from onnx_ep.providers.cpu_reference.softmax import NORM_PARITY
 
-MS = "com.microsoft"
 #: the activation types onnxruntime's schemas allow (T)
 CONTRIB_DTYPES = frozenset(np.dtype(d) for d in (np.float32, np.float16, BFLOAT16))
 #: matmuls in a float64 accumulator, softmax in float32: the bound of opset-23 Attention
@@ -528,8 +528,8 @@ class SkipLayerNormalization(CpuKernel):
 
 
 KERNELS: list[CpuKernel] = [
-    GroupQueryAttention("GroupQueryAttention", domain=MS, dtypes=CONTRIB_DTYPES),
-    MultiHeadAttention("MultiHeadAttention", domain=MS, dtypes=CONTRIB_DTYPES),
-    RotaryEmbedding("RotaryEmbedding", domain=MS, dtypes=CONTRIB_DTYPES),
-    SkipLayerNormalization("SkipLayerNormalization", domain=MS, dtypes=CONTRIB_DTYPES),
+    GroupQueryAttention("GroupQueryAttention", domain=MS_DOMAIN, dtypes=CONTRIB_DTYPES),
+    MultiHeadAttention("MultiHeadAttention", domain=MS_DOMAIN, dtypes=CONTRIB_DTYPES),
+    RotaryEmbedding("RotaryEmbedding", domain=MS_DOMAIN, dtypes=CONTRIB_DTYPES),
+    SkipLayerNormalization("SkipLayerNormalization", domain=MS_DOMAIN, dtypes=CONTRIB_DTYPES),
 ]

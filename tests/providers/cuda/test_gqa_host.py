@@ -35,7 +35,7 @@ I32, I64 = np.dtype(np.int32), np.dtype(np.int64)
 
 def _meta(specs, outputs=("y", "pk", "pv"), constants=None, out_specs=(), **attrs_):
     names = tuple(f"i{i}" if s is not None else "" for i, s in enumerate(specs))
-    return NodeMeta(name="gqa", op_type="GroupQueryAttention", domain=gqa.MS, opset=1,
+    return NodeMeta(name="gqa", op_type="GroupQueryAttention", domain=gqa.MS_DOMAIN, opset=1,
                     attrs={"num_heads": 14, "kv_num_heads": 2} | attrs_,
                     inputs=tuple(None if s is None else TensorSpec(*s) for s in specs),
                     outputs=tuple(out_specs), input_names=names,
@@ -266,7 +266,7 @@ def run_replay(case: gc.GqaCase, order_seed: int = 0):
     if case.rotary is not None:
         attrs_.update(do_rotary=1, rotary_interleaved=case.rotary)
     specs = tuple(TensorSpec(arrays[n].dtype, arrays[n].shape) if n else None for n in names)
-    meta = NodeMeta(name="gqa", op_type="GroupQueryAttention", domain=gqa.MS, opset=1,
+    meta = NodeMeta(name="gqa", op_type="GroupQueryAttention", domain=gqa.MS_DOMAIN, opset=1,
                     attrs=attrs_, inputs=specs, input_names=tuple(names),
                     output_names=case.outputs,
                     constants={i: arrays[n] for i, n in enumerate(names)

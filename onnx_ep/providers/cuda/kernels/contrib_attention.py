@@ -47,7 +47,6 @@ from onnx_ep.core.kernel import (
 )
 from onnx_ep.providers.cuda.kernels.attention import AttnDims, attention_plan
 from onnx_ep.providers.cuda.kernels.base import (
-    BF16,
     BLOCK,
     F32,
     I64,
@@ -64,7 +63,8 @@ from onnx_ep.providers.cuda.kernels.base import (
     struct_arg,
     suffix,
 )
-from onnx_ep.providers.cuda.kernels.gqa import GroupQueryAttention
+from onnx_ep.providers.cuda.kernels.fused_gemm import MS_DOMAIN
+from onnx_ep.providers.cuda.kernels.gqa import DTYPES, GroupQueryAttention
 from onnx_ep.providers.cuda.kernels.normalization import (
     MAX_GRID,
     RmsNorm,
@@ -72,9 +72,6 @@ from onnx_ep.providers.cuda.kernels.normalization import (
     skip_rows,
 )
 
-MS = "com.microsoft"
-#: the dtypes both kernels are built for (onnxruntime's T)
-DTYPES: frozenset[np.dtype] = frozenset(np.dtype(d) for d in (np.float32, np.float16, BF16))
 #: the reference's bound for a float64 rotation rounded once (bit-equal expected)
 ROTARY_PARITY = Parity.tolerance(rtol=1e-5, atol=1e-6)
 #: float32 softmax, float64-accumulated matmuls in another order than the reference's
@@ -82,14 +79,6 @@ ROTARY_PARITY = Parity.tolerance(rtol=1e-5, atol=1e-6)
 MHA_PARITY = Parity.tolerance(rtol=1e-5, atol=1e-5)
 MHA_BLOCK = 128          #: threads per row block (MHA_BLOCK in contrib_attention.cu)
 _F32 = np.dtype(np.float32)
-
-
-def _given(meta: NodeMeta, i: int) -> bool:
-    """Whether optional input ``i`` is wired (a name, not ``""`` or past the end)."""
-    if i >= len(meta.inputs):
-        return False
-    names = meta.input_names
-    return not (names and i < len(names) and not names[i])
 
 
 def _arg(items: Sequence[Any], i: int) -> Any:
@@ -109,7 +98,7 @@ def _dtypes(meta: NodeMeta, names: dict[int, str], first: str) -> Support:
     if not s:
         return s
     for i, name in names.items():
-        if not _given(meta, i):
+        if not meta.given(i):
             continue
         spec = meta.inputs[i]
         if spec is None:
@@ -180,10 +169,10 @@ class RotaryEmbedding(CudaKernel):
 
     def __init__(self) -> None:
         super().__init__("RotaryEmbedding", since=1, parity=ROTARY_PARITY)
-        self.key = OpKey(MS, "RotaryEmbedding", 1)
+        self.key = OpKey(MS_DOMAIN, "RotaryEmbedding", 1)
 
     def supports(self, meta: NodeMeta) -> Support:
-        if len(meta.inputs) < 4 or not all(_given(meta, i) for i in range(4)):
+        if len(meta.inputs) < 4 or not all(meta.given(i) for i in range(4)):
             return Support.no("needs input, position_ids, cos_cache and sin_cache")
         s = _dtypes(meta, {2: "cos_cache", 3: "sin_cache"}, "input")
         if not s:
@@ -336,7 +325,7 @@ class MultiHeadAttention(CudaKernel):
 
     def __init__(self) -> None:
         super().__init__("MultiHeadAttention", since=1, parity=MHA_PARITY)
-        self.key = OpKey(MS, "MultiHeadAttention", 1)
+        self.key = OpKey(MS_DOMAIN, "MultiHeadAttention", 1)
 
     def parity_for(self, dtype: Any) -> Parity:
         return self.parity if dtype is None else narrow_tolerance(dtype, MHA_PARITY)
@@ -347,7 +336,7 @@ class MultiHeadAttention(CudaKernel):
         input's shape is not static yet."""
         out = []
         for i in range(8):
-            if not _given(meta, i):
+            if not meta.given(i):
                 out.append(None)
                 continue
             shape = static_shape(meta.inputs[i])
@@ -359,18 +348,18 @@ class MultiHeadAttention(CudaKernel):
     # ------------------------------------------------------------ placement
     def supports(self, meta: NodeMeta) -> Support:
         for pos, what in MHA_UNSUPPORTED.items():
-            if _given(meta, pos):
+            if meta.given(pos):
                 return Support.no(f"input {pos} {what} is not implemented")
         names = meta.output_names
         if len(names) > 3 and any(names[3:]):
             return Support.no("the qk output (output 3) is not implemented")
-        if not (_given(meta, 1) and _given(meta, 2)):
+        if not (meta.given(1) and meta.given(2)):
             return Support.no("packed QKV (no key/value inputs) is not implemented")
         s = _dtypes(meta, {1: "key", 2: "value", 3: "bias", 5: "attention_bias",
                            6: "past_key", 7: "past_value"}, "query")
         if not s:
             return s
-        if _given(meta, 4):
+        if meta.given(4):
             pad = meta.inputs[4]
             if pad is None or np.dtype(pad.dtype) != np.int32:
                 return Support.no("key_padding_mask must be an int32 tensor")
@@ -397,7 +386,7 @@ class MultiHeadAttention(CudaKernel):
         heads = int(meta.attr("num_heads", 0) or 0)
         batch, q_len = q.shape[0], q.shape[1]
         head, v_head = _div(q.shape[2], heads), _div(v.shape[2], heads)
-        pk = meta.inputs[6] if _given(meta, 6) else None
+        pk = meta.inputs[6] if meta.given(6) else None
         total = _sum(k.shape[1], pk.shape[2]) if pk is not None else k.shape[1]
         outs: list[TensorSpec | None] = [
             TensorSpec(q.dtype, (batch, q_len, v.shape[2])),

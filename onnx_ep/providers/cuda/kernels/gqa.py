@@ -65,6 +65,7 @@ from onnx_ep.providers.cuda.kernels.base import (
     struct_arg,
     suffix,
 )
+from onnx_ep.providers.cuda.kernels.fused_gemm import MS_DOMAIN
 from onnx_ep.providers.cuda.kernels.gqa_plan import (  # noqa: F401 (re-exported)
     ALIGN,
     DECODE_HEADS,
@@ -86,7 +87,7 @@ from onnx_ep.providers.cuda.kernels.gqa_plan import (  # noqa: F401 (re-exported
 )
 from onnx_ep.providers.cuda.kernels.known_values import known_ints
 
-MS = "com.microsoft"
+#: what the contrib attention kernels are built for (onnxruntime's T)
 DTYPES: frozenset[np.dtype] = frozenset(np.dtype(d) for d in (np.float32, np.float16, BF16))
 #: the promise per dtype: float32 scores summed in float32 (the reference: float64), an
 #: online softmax; narrow types are rounded once at the end (one output ulp of slack)
@@ -167,7 +168,7 @@ class GroupQueryAttention(CudaKernel):
 
     def __init__(self) -> None:
         super().__init__("GroupQueryAttention", parity=PARITY["float32"])
-        self.key = OpKey(MS, "GroupQueryAttention", 1)
+        self.key = OpKey(MS_DOMAIN, "GroupQueryAttention", 1)
         self._shared: dict[tuple[Any, ...], bool] = {}
         self._views: dict[tuple[int, TensorSpec], tuple[Any, Any]] = {}
         self._past_const = False

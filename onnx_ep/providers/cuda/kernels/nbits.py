@@ -67,11 +67,10 @@ from onnx_ep.providers.cuda.kernels.base import (
     struct_arg,
     suffix,
 )
-from onnx_ep.providers.cuda.kernels.fused_gemm import MATMUL_ADD_PARITY
+from onnx_ep.providers.cuda.kernels.fused_gemm import MATMUL_ADD_PARITY, MS_DOMAIN
 from onnx_ep.providers.cuda.kernels.gemm import problem_alignment
 from onnx_ep.providers.shared.nbits import NBITS_BITS, NBitsGeometry, nbits_geometry  # noqa: F401
 
-MS_DOMAIN = "com.microsoft"
 #: A's dtypes (the scales', typed zero points' and bias' too)
 NBITS_FLOATS: frozenset[np.dtype] = frozenset(
     np.dtype(t) for t in (np.float32, np.float16, BF16))
@@ -259,16 +258,6 @@ def gemm_route(plan: NBitsPlan, m: int, dtype: Any) -> GemmRoute:
 # ---------------------------------------------------------------- support
 
 
-def present(meta: NodeMeta, i: int) -> bool:
-    """Whether optional input ``i`` is given (named, or known)."""
-    if i >= len(meta.inputs):
-        return False
-    names = meta.input_names
-    if names and i < len(names):
-        return bool(names[i])
-    return meta.inputs[i] is not None
-
-
 def _supports(meta: NodeMeta) -> Support:
     specs = meta.inputs
     if len(specs) < 3 or any(specs[i] is None for i in range(3)):
@@ -287,15 +276,15 @@ def _supports(meta: NodeMeta) -> Support:
         plan = nbits_plan(meta)
     except NodeError as e:
         return Support.no(e.detail)
-    if present(meta, 3):
+    if meta.given(3):
         zp = specs[3]
         if zp is None or zp.dtype not in (U8, a.dtype):
             return Support.no(f"zero_points must be uint8 or {a.dtype}, got "
                               f"{None if zp is None else zp.dtype}")
-    if present(meta, 4):
+    if meta.given(4):
         return Support.no("g_idx (act-order) is not implemented on cuda; cpu_reference "
                           "runs it")
-    if present(meta, 5):
+    if meta.given(5):
         bias = specs[5]
         if bias is None or bias.dtype != a.dtype:
             return Support.no(f"bias must be {a.dtype}")
@@ -335,7 +324,7 @@ class MatMulNBits(CudaKernel):
             plan = None     # execution raises it
         bound = MatMulNBits(plan)
         a = meta.inputs[0] if meta.inputs else None
-        bound.parity = self.parity_for(a.dtype if a is not None else None, present(meta, 5))
+        bound.parity = self.parity_for(a.dtype if a is not None else None, meta.given(5))
         return bound
 
     def parity_for(self, dtype: Any, bias: bool = False) -> Parity:

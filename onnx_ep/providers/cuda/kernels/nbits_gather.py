@@ -45,7 +45,7 @@ from onnx_ep.providers.cuda.kernels.base import (
     struct_arg,
     suffix,
 )
-from onnx_ep.providers.cuda.kernels.nbits import MS_DOMAIN, NBITS_BITS, present
+from onnx_ep.providers.cuda.kernels.nbits import MS_DOMAIN, NBITS_BITS
 
 U8 = np.dtype(np.uint8)
 #: data dtype -> (symbol part, signed codes)
@@ -140,8 +140,8 @@ class GatherBlockQuantized(CudaKernel):
         if scales.dtype not in OUTPUTS:
             return Support.no(f"scales dtype {scales.dtype} is not one of "
                               f"{dtype_names(OUTPUTS)}")
-        zp = specs[3] if present(meta, 3) else None
-        if present(meta, 3) and (zp is None or zp.dtype != data.dtype):
+        zp = specs[3] if meta.given(3) else None
+        if meta.given(3) and (zp is None or zp.dtype != data.dtype):
             return Support.no(f"zero_points must have data's dtype {data.dtype}")
         if not data.shape:
             return Support.no("data must have rank >= 1")
