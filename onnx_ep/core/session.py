@@ -113,6 +113,7 @@ class Session:
                                        self.holder)
         self._device: DeviceBinding | None = None
         self._programs: dict[tuple[frozenset[str], frozenset[str]], Program] = {}
+        self._held: list[Reservation] | None = None   # session-lifetime, once memory is set up
         self._program: Program = self._build_program()
         self._last_program: Program | None = None
         self._last_capture = "eager"      # what the last device run did with CUDA graphs
@@ -194,7 +195,7 @@ class Session:
                                  runtimes={dev: self._device.runtime}, device_constants=consts)
             self._device.adopt(prog)     # placed weights, once the memory policy placed them
         self._programs[(host_only, promoted)] = prog
-        if hasattr(self, "_held"):      # placed after the memory setup charged the others
+        if self._held is not None:      # placed after the memory setup charged the others
             self._held += reserve_prepared([prog.placement], self._authority, self.holder)
         return prog
 
@@ -219,7 +220,7 @@ class Session:
             adm.refuse_never(self.holder, self._plans.values()[0],
                              0 if self.memory_policy.streams else self._graph.weight_bytes,
                              self._authority)
-        self._held: list[Reservation] = []      # session-lifetime reservations
+        self._held = []
         #: the executor's weight source when streaming: a host WeightStore or a DevicePager
         self._weights: Any = None
         if self._device is not None:
