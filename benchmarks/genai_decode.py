@@ -6,8 +6,8 @@ qwen0.5b``: Qwen2.5-0.5B's shape, hidden 896, 24 layers, 14/2 heads of 64, inter
 4864, vocab 151936, tied embeddings; ``tiny``: 64 hidden, 2 layers) is saved with
 ``save_pretrained`` and built by ``python -m onnxruntime_genai.models.builder -p PREC -e
 cuda`` into ``--model-dir``/PREC (``--skip-build`` reuses folders already there). Then,
-per folder, batch 1, ``--prompt-len`` random ids, ``--new-tokens`` greedy tokens (EOS
-masked by ``min_length``, so every run makes all of them):
+per folder, batch 1, ``--prompt-len`` random ids, ``--new-tokens`` greedy tokens (the
+config's EOS ids dropped, so every run makes all of them):
 
 - onnx-ep on ``--provider`` (``cuda``; ``cpu_reference`` to try the flow on a CPU) with
   ``SessionOptions(capture="auto")`` and ``capture="off"``: prefill tokens/s, decode ms per
@@ -119,12 +119,18 @@ def graph_ops(folder: Path) -> dict[str, Any]:
 # ------------------------------------------------------------------ running onnx-ep
 def greedy(model: Any, prompt: np.ndarray, new: int, logits: bool = False
            ) -> tuple[list[int], list[np.ndarray], Any]:
-    """``new`` greedy tokens (EOS masked); with ``logits`` the logits of every choice."""
+    """``new`` greedy tokens (EOS ignored); with ``logits`` the logits of every choice."""
+    import attrs
+
     from onnx_ep import genai
 
+    # a random model may well emit its EOS id: the config's EOS ids are dropped (rather
+    # than masked through min_length, which would make every step choose on the host
+    # from downloaded logits instead of the greedy path a real decode takes)
+    model.config = attrs.evolve(model.config, eos_token_ids=())
     params = genai.GeneratorParams(model)
     total = prompt.size + new
-    params.set_search_options(max_length=total, min_length=total, do_sample=False,
+    params.set_search_options(max_length=total, min_length=0, do_sample=False,
                               batch_size=1, past_present_share_buffer=True)
     gen = genai.Generator(model, params)
     seen: list[np.ndarray] = []

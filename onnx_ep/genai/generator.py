@@ -13,7 +13,10 @@ The loop has onnxruntime-genai's shape and rules (docs/GENAI.md)::
   list of ragged prompts (left-padded here). ``attention_mask`` is 0 on pads and 1 on
   tokens; ``position_ids`` count each row's tokens (pads get 0), and decode steps go on
   from each row's count, so a row's tokens see what they would see alone.
-- **Logits.** After a prompt, each row's next token comes from its last real token.
+- **Logits.** After a prompt, each row's next token comes from its last real token. The
+  logits stay where the model computed them (the device); a greedy step reads the ids of
+  the model's added ArgMax output (``Model.greedy_output``), and the logits are downloaded
+  only for sampling, ``min_length``'s EOS mask or :meth:`Generator.get_logits`.
 - **Stop.** A row is done at one of ``eos_token_id``; afterwards it gets ``pad_token_id``.
   Everything stops at ``max_length`` (prompt included).
 - **Feeds.** ``seqlens_k`` (int32 ``[batch]``, each row's tokens - 1) and
@@ -111,8 +114,14 @@ class Generator:
         self.fed = 0                                      #: columns the model has seen
         self.counts = np.zeros(self.batch, np.int64)      #: each row's real tokens
         self.done = np.zeros(self.batch, bool)
-        self.logits: np.ndarray | None = None             #: [batch, vocab], not yet used
         self._next = np.zeros(self.batch, np.int64)
+        self._ready = False                 # the model has run on every column
+        self._raw_logits: Any = None        # the last run's logits output (maybe on device)
+        self._rows: Any = None              # each row's index into it (None: the last)
+        self._host_logits: np.ndarray | None = None
+        self._greedy: np.ndarray | None = None              # [batch] from the model's ArgMax
+        self._logits_target: Any = None     # a device tensor decode steps' logits go to
+        self._device = model.device         # "cpu", or the device the session runs on
         self._binding: Any = None
         self._kv_signature = ""
 
@@ -150,26 +159,31 @@ class Generator:
             raise FeedError("append_tokens(prompt) before generate_next_token()")
         if self.is_done():
             raise FeedError("the generator is done (EOS in every row, or max_length)")
-        if self.logits is None:
+        if not self._ready:
             self._run()
-        logits = self.logits
-        assert logits is not None
         s = self.search
-        if self.length < s.min_length:
-            logits = logits.copy()
-            logits[:, self.eos[self.eos >= 0]] = -np.inf
-        if s.do_sample:
-            nxt = srch.sample(logits, self.rng, temperature=s.temperature, top_k=s.top_k,
-                              top_p=s.top_p)
+        masked = self.length < s.min_length
+        if not s.do_sample and not masked and self._greedy is not None:
+            nxt = self._greedy
         else:
-            nxt = srch.greedy(logits)
+            logits = self.logits
+            assert logits is not None
+            if masked:
+                logits = logits.copy()
+                logits[:, self.eos[self.eos >= 0]] = -np.inf
+            if s.do_sample:
+                nxt = srch.sample(logits, self.rng, temperature=s.temperature, top_k=s.top_k,
+                                  top_p=s.top_p)
+            else:
+                nxt = srch.greedy(logits)
         nxt = np.where(self.done, self.pad, nxt)
         self.sequences[:, self.length] = nxt
         self.mask[:, self.length] = 1
         self.length += 1
         self.done |= np.isin(nxt, self.eos)
         self._next = nxt
-        self.logits = None
+        self._ready = False
+        self._raw_logits = self._host_logits = self._greedy = None
 
     def get_next_tokens(self) -> np.ndarray:
         """The token each row got from the last :meth:`generate_next_token` (``[batch]``)."""
@@ -181,7 +195,22 @@ class Generator:
 
     def get_logits(self) -> np.ndarray | None:
         """The logits the next token will be chosen from (``[batch, vocab]``), if computed."""
-        return None if self.logits is None else self.logits.copy()
+        logits = self.logits
+        return None if logits is None else logits.copy()
+
+    @property
+    def logits(self) -> np.ndarray | None:
+        """``[batch, vocab]`` float32 logits of each row's last token, once the model has
+        run and until a token is chosen (downloaded from the device on first use)."""
+        if self._host_logits is None and self._raw_logits is not None:
+            raw = self._raw_logits
+            raw = raw.numpy() if hasattr(raw, "numpy") else np.asarray(raw)
+            if self._rows is not None:
+                raw = raw[np.arange(self.batch), self._rows]
+            elif raw.ndim == 3:
+                raw = raw[:, -1]
+            self._host_logits = np.asarray(raw, np.float32)
+        return self._host_logits
 
     def is_done(self) -> bool:
         return bool(self.done.all()) or self.length >= self.max_length
@@ -221,8 +250,10 @@ class Generator:
             # tensors per token would cost more host time than a captured step's launch
             if binding is None:
                 binding = self._binding = session.io_binding()
-                binding.bind_output(dec.logits, "cpu")
+                if self.model.greedy_output is not None:
+                    binding.bind_output(self.model.greedy_output, "cpu")
             self._kv_signature = _signature(self.kv.bind(binding))
+        self._bind_logits(binding, end - start)
         bound: dict[str, Any] = self.feeds(start, end)
         for name, value in bound.items():
             binding.bind_input(name, value)
@@ -232,17 +263,36 @@ class Generator:
             session.run_with_iobinding(binding)
         outs = dict(zip([n for n, _ in binding.output_requests()], binding.get_outputs()))
         self.kv.update(outs)
-        logits = outs[dec.logits].numpy()
+        raw = outs[dec.logits]
         chunk = self.mask[:, start:end]
-        if logits.ndim == 3 and logits.shape[1] == end - start:
+        self._rows = None
+        if len(raw.shape) == 3 and raw.shape[1] == end - start and end - start > 1:
             # each row's last real token in the chunk (right padding ends in pads)
-            last = (end - start - 1) - np.argmax(chunk[:, ::-1], axis=1)
-            logits = logits[np.arange(self.batch), last]
-        elif logits.ndim == 3:
-            logits = logits[:, -1]
-        self.logits = np.asarray(logits, np.float32)
+            self._rows = (end - start - 1) - np.argmax(chunk[:, ::-1], axis=1)
+        self._raw_logits, self._host_logits, self._greedy = raw, None, None
+        if self.model.greedy_output is not None:
+            ids = np.asarray(outs[self.model.greedy_output].numpy(), np.int64)
+            if ids.ndim == 2:
+                ids = ids[np.arange(self.batch), self._rows] if self._rows is not None \
+                    else ids[:, -1]
+            self._greedy = ids.reshape(self.batch)
+        if self._device == "cpu":
+            _ = self.logits               # on the host already: no reason to wait
+        elif end - start == 1 and self._logits_target is None:
+            self._logits_target = raw
         self.counts += chunk.sum(axis=1)
         self.fed = end
+        self._ready = True
+
+    def _bind_logits(self, binding: Any, columns: int) -> None:
+        """Logits stay on the session's device; a decode step's go to one tensor kept for
+        them (no new block per token)."""
+        name = self.model.config.decoder.logits
+        target = self._logits_target
+        if columns == 1 and target is not None:
+            binding.bind_output(name, target)
+        else:
+            binding.bind_output(name, self._device)
 
 
 def _signature(bound: dict[str, Any]) -> str:

@@ -4,6 +4,11 @@ The session's inputs are checked against the config once, here: which of the opt
 inputs the model reads (``attention_mask``, ``position_ids``, and ``seqlens_k`` /
 ``total_sequence_length`` when they are graph inputs rather than computed inside the
 graph), their integer types, and the KV inputs and outputs of every layer with their dtype.
+
+The session runs the folder's model with one node added: ``ArgMax`` of the logits over the
+vocabulary, output :data:`GREEDY_OUTPUT`. A greedy step then downloads ``[batch]`` token ids
+instead of ``[batch, vocab]`` logits, and on a device the choice is part of the captured
+graph; the logits stay where they were computed until something asks for them.
 """
 
 from __future__ import annotations
@@ -13,11 +18,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 
 from onnx_ep.core.dtypes import np_dtype
+from onnx_ep.core.graph import load_model
 from onnx_ep.core.memory import DeviceMemoryAuthority, authority_for
 from onnx_ep.errors import ModelError
 from onnx_ep.genai.config import GenaiConfig, load_config
+
+#: the added output: the first maximum of each logits row over the vocabulary (int64, the
+#: logits' shape without its last axis)
+GREEDY_OUTPUT = "onnx_ep.genai.greedy_ids"
 
 
 class Model:
@@ -42,7 +53,9 @@ class Model:
             raise ModelError(f"{self.config.folder / 'genai_config.json'} names "
                              f"model.decoder.filename {self.config.decoder.filename!r}, "
                              f"which is not in {self.folder}")
-        self.session = Session(str(path), providers=providers or
+        proto = load_model(path)
+        with_greedy_output(proto, self.config.decoder.logits)
+        self.session = Session(proto, providers=providers or
                                self.config.onnx_ep_providers(), options=options)
         self._inputs = {v.name: v for v in self.session.graph.inputs}
         self._outputs = {v.name for v in self.session.graph.outputs}
@@ -72,6 +85,11 @@ class Model:
                 if isinstance(dims[axis], int) and dims[axis] != want:
                     raise ModelError(f"{dec.past_names(0)[0]} has {dims[axis]} on axis "
                                      f"{axis} but genai_config.json says {what} {want}")
+
+    @property
+    def greedy_output(self) -> str | None:
+        """The added ArgMax output's name, or None when the model could not take one."""
+        return GREEDY_OUTPUT if GREEDY_OUTPUT in self._outputs else None
 
     def has_input(self, name: str) -> bool:
         return name in self._inputs
@@ -117,3 +135,18 @@ class Model:
         return (f"onnx_ep.genai.Model({str(self.folder)!r}, {d.num_hidden_layers} layers, "
                 f"{d.num_attention_heads}/{d.num_key_value_heads} heads, providers "
                 f"{self.session.get_providers()})")
+
+
+def with_greedy_output(proto: onnx.ModelProto, logits: str) -> None:
+    """Add ``ArgMax(logits, axis=-1, keepdims=0)`` as output :data:`GREEDY_OUTPUT` (in
+    place). Nothing is added when the graph has no such output, or already has the name."""
+    g = proto.graph
+    opset = max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")),
+                default=0)
+    names = {o.name for o in g.output}
+    if opset < 11 or logits not in names or GREEDY_OUTPUT in names:   # axis -1: opset 11
+        return
+    g.node.append(onnx.helper.make_node("ArgMax", [logits], [GREEDY_OUTPUT], axis=-1,
+                                        keepdims=0, name=GREEDY_OUTPUT))
+    g.output.append(onnx.helper.make_tensor_value_info(GREEDY_OUTPUT, onnx.TensorProto.INT64,
+                                                       None))

@@ -7,6 +7,7 @@ import pytest
 
 from onnx_ep import genai
 from onnx_ep.errors import FeedError, ModelError
+from onnx_ep.genai.model import GREEDY_OUTPUT
 from onnx_ep.genai.search import filtered_probs, sample
 from tests.helpers import genai_models as gm
 
@@ -172,3 +173,36 @@ def test_misuse_is_refused_with_clear_errors(model):
     with pytest.raises(FeedError, match="batch_size"):
         gen.append_tokens([[1, 2], [3, 4]])
     gen.close()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_greedy_ids_from_the_model_equal_the_argmax_of_its_logits(folders, layout):
+    m = genai.Model(folders[layout])
+    assert m.greedy_output == GREEDY_OUTPUT
+    assert GREEDY_OUTPUT in [o.name for o in m.session.get_outputs()]
+    params = genai.GeneratorParams(m)
+    params.set_search_options(max_length=14, batch_size=2, min_length=9)
+    gen = genai.Generator(m, params)
+    gen.append_tokens([[5, 9, 3, 7, 11, 2], [8, 4]])          # left-padded second row
+    steps = 0
+    while not gen.is_done():
+        if not gen._ready:
+            gen._run()                      # what generate_next_token runs first
+        logits = gen.get_logits()
+        assert gen._greedy.tolist() == np.argmax(logits, axis=-1).tolist()
+        masked = gen.length < 9
+        gen.generate_next_token()
+        if masked:      # min_length: the choice comes from the host's masked logits
+            assert EOS not in gen.get_next_tokens().tolist()
+        steps += 1
+    assert steps == 14 - 6
+    gen.close()
+    m.close()
+
+
+def test_model_without_a_greedy_output_chooses_on_the_host(folders, monkeypatch):
+    m = genai.Model(folders["shared"])
+    expected = genai.generate(m, PROMPT, max_new_tokens=10).tokens
+    monkeypatch.setattr(genai.Model, "greedy_output", property(lambda self: None))
+    assert genai.generate(m, PROMPT, max_new_tokens=10).tokens == expected
+    m.close()
