@@ -102,6 +102,35 @@ def test_argmax_picks_the_first_nan(cuda_device):
     check(model("ArgMin", {"x": x}, {"axis": 1, "select_last_index": 1}), {"x": x})
 
 
+@pytest.mark.parametrize("dtype", [*FLOATS.values(), np.dtype(np.int32)],
+                         ids=[*FLOATS, "int32"])
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("shape", [(1, 151936), (3, 1, 20000), (2, 8192), (63, 9000)])
+@pytest.mark.parametrize("last", [0, 1])
+def test_arg_extremes_of_long_rows_split_over_blocks(cuda_device, dtype, op, shape, last):
+    from onnx_ep.providers.cuda.kernels.reduce import arg_split
+
+    assert arg_split(int(np.prod(shape[:-1])), shape[-1], 1) > 1     # the split route
+    x = (random(shape, np.float32, seed=5) * 40).round().astype(dtype)   # ties across parts
+    check(model(op, {"x": x}, {"axis": -1, "keepdims": 0, "select_last_index": last}),
+          {"x": x}, what=f"{op} {dtype} {shape} last={last}")
+
+
+def test_split_arg_extremes_pick_the_first_nan_across_parts(cuda_device):
+    x = random((2, 50000), np.float32)
+    x[0, 30000] = x[0, 45000] = np.nan         # in two different parts
+    x[1, 7] = x[1, 49999] = 1e30
+    check(model("ArgMax", {"x": x}, {"axis": 1, "keepdims": 0}), {"x": x})
+    check(model("ArgMin", {"x": x}, {"axis": 1, "select_last_index": 1}), {"x": x})
+
+
+def test_split_argmax_replays_its_eager_result(cuda_device):
+    from tests.helpers.cuda_family import check_replays_match_eager
+
+    x = random((1, 1, 151936), np.float16, seed=2)
+    check_replays_match_eager(model("ArgMax", {"x": x}, {"axis": -1, "keepdims": 0}), {"x": x})
+
+
 def test_sums_are_deterministic_run_to_run(cuda_device):
     from onnx_ep import Session
 

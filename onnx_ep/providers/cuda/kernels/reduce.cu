@@ -230,6 +230,83 @@ __device__ __forceinline__ bool arg_better(A va, long long ia, A vb, long long i
     return false;
 }
 
+// the better of two picks in a block's shared arrays, as a tree over blockDim (a power of
+// two); the winner ends in slot 0
+template <bool MAX, class S>
+__device__ __forceinline__ void arg_tree(S* shv, long long* shi, int last) {
+    const int t = threadIdx.x;
+    __syncthreads();
+    for (int s = blockDim.x >> 1; s > 0; s >>= 1) {
+        if (t < s && arg_better<MAX>(shv[t], shi[t], shv[t + s], shi[t + s], last)) {
+            shv[t] = shv[t + s];
+            shi[t] = shi[t + s];
+        }
+        __syncthreads();
+    }
+}
+
+// Few long rows (a vocabulary's logits): block (part, row) picks the best of elements
+// [part * chunk, (part + 1) * chunk) of its row into pv / pi [row, part]; arg_join then
+// picks each row's best part. The order on (value, index) is total, so the split cannot
+// change the answer. ARG_U loads of a thread are in flight before any is compared.
+#define ARG_U 4
+template <class T, bool MAX>
+__device__ void arg_part(const T* __restrict__ x, typename Sel<T>::type* __restrict__ pv,
+                         long long* __restrict__ pi, long long axis_dim, long long chunk,
+                         int last) {
+    typedef typename Sel<T>::type S;
+    __shared__ S shv[EP_BLOCK];
+    __shared__ long long shi[EP_BLOCK];
+    const int t = threadIdx.x;
+    const long long row = blockIdx.y, part = blockIdx.x, parts = gridDim.x;
+    const T* xo = x + row * axis_dim;
+    const long long lo = part * chunk, hi = lo + chunk < axis_dim ? lo + chunk : axis_dim;
+    S bv = (S)0;
+    long long bi = -1;
+    for (long long r0 = lo + t; r0 < hi; r0 += (long long)ARG_U * blockDim.x) {
+        S v[ARG_U];
+#pragma unroll
+        for (int u = 0; u < ARG_U; ++u) {
+            const long long r = r0 + (long long)u * blockDim.x;
+            v[u] = r < hi ? sel_load(xo[r]) : (S)0;
+        }
+#pragma unroll
+        for (int u = 0; u < ARG_U; ++u) {
+            const long long r = r0 + (long long)u * blockDim.x;
+            if (r < hi && arg_better<MAX>(bv, bi, v[u], r, last)) { bv = v[u]; bi = r; }
+        }
+    }
+    shv[t] = bv;
+    shi[t] = bi;
+    arg_tree<MAX>(shv, shi, last);
+    if (t == 0) {
+        pv[row * parts + part] = shv[0];
+        pi[row * parts + part] = shi[0];
+    }
+}
+
+template <class T, bool MAX>
+__device__ void arg_join(const typename Sel<T>::type* __restrict__ pv,
+                         const long long* __restrict__ pi, long long* __restrict__ y,
+                         long long parts, int last) {
+    typedef typename Sel<T>::type S;
+    __shared__ S shv[EP_BLOCK];
+    __shared__ long long shi[EP_BLOCK];
+    const int t = threadIdx.x;
+    const long long row = blockIdx.x;
+    S bv = (S)0;
+    long long bi = -1;
+    for (long long k = t; k < parts; k += blockDim.x) {
+        const S v = pv[row * parts + k];
+        const long long i = pi[row * parts + k];
+        if (arg_better<MAX>(bv, bi, v, i, last)) { bv = v; bi = i; }
+    }
+    shv[t] = bv;
+    shi[t] = bi;
+    arg_tree<MAX>(shv, shi, last);
+    if (t == 0) y[row] = shi[0];
+}
+
 // inner == 1: one block per output row of ``axis_dim`` elements (blockDim power of two)
 template <class T, bool MAX>
 __device__ void arg_rows(const T* __restrict__ x, long long* __restrict__ y, long long outer,
@@ -299,6 +376,22 @@ extern "C" __global__ void argmax_rows_##S(const T* x, long long* y, long long o
 extern "C" __global__ void argmin_rows_##S(const T* x, long long* y, long long outer,        \
                                            long long a, int last) {                         \
     arg_rows<T, false>(x, y, outer, a, last);                                               \
+}                                                                                           \
+extern "C" __global__ void argmax_part_##S(const T* x, Sel<T>::type* pv, long long* pi,      \
+                                           long long a, long long chunk, int last) {        \
+    arg_part<T, true>(x, pv, pi, a, chunk, last);                                           \
+}                                                                                           \
+extern "C" __global__ void argmin_part_##S(const T* x, Sel<T>::type* pv, long long* pi,      \
+                                           long long a, long long chunk, int last) {        \
+    arg_part<T, false>(x, pv, pi, a, chunk, last);                                          \
+}                                                                                           \
+extern "C" __global__ void argmax_join_##S(const Sel<T>::type* pv, const long long* pi,      \
+                                           long long* y, long long parts, int last) {       \
+    arg_join<T, true>(pv, pi, y, parts, last);                                              \
+}                                                                                           \
+extern "C" __global__ void argmin_join_##S(const Sel<T>::type* pv, const long long* pi,      \
+                                           long long* y, long long parts, int last) {       \
+    arg_join<T, false>(pv, pi, y, parts, last);                                             \
 }                                                                                           \
 extern "C" __global__ void argmax_cols_##S(const T* x, long long* y, long long outer,        \
                                            long long a, long long inner, int last) {        \

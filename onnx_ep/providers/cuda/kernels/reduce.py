@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from onnx_ep.core.kernel import NodeMeta, Parity, Support, TensorSpec
+from onnx_ep.core.kernel import NodeMeta, Parity, Support, TensorSpec, WorkspaceRequirement
 from onnx_ep.providers.cuda import copies
 from onnx_ep.providers.cuda.kernels.base import (
     BLOCK,
@@ -36,6 +36,7 @@ from onnx_ep.providers.cuda.kernels.base import (
     MAX_DIMS,
     PTR,
     CudaKernel,
+    FloatKernel,
     Geo,
     block_for,
     contiguous_strides,
@@ -54,6 +55,28 @@ SUM_PARITY = Parity.tolerance(rtol=1e-5, atol=1e-6)
 _IDENTITY_ON_ONE = frozenset({"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin",
                               "ReduceProd"})
 MAX_GRID = 1 << 20
+#: ArgMax / ArgMin over rows of at least this many elements, fewer rows than
+#: :data:`ARG_SPLIT_ROWS`, split each row over blocks of :data:`ARG_CHUNK` elements (one
+#: block per row would leave most of the GPU idle on a vocabulary's logits)
+ARG_SPLIT_MIN = 8192
+ARG_SPLIT_ROWS = 64
+ARG_CHUNK = 2048
+
+
+def arg_split(outer: int, dim: int, inner: int) -> int:
+    """Blocks per row of the split ArgMax / ArgMin route (0: one block per row)."""
+    if inner != 1 or dim < ARG_SPLIT_MIN or outer >= ARG_SPLIT_ROWS:
+        return 0
+    return -(-dim // ARG_CHUNK)
+
+
+def arg_workspace(outer: int, parts: int, dtype: Any) -> tuple[int, int]:
+    """(offset of the part indexes, total bytes) of the split route's workspace: each part's
+    best value (float32 for the narrow floats) then its index."""
+    dt = np.dtype(dtype)
+    val = dt if dt.kind in "iub" or dt.itemsize >= 4 else np.dtype(np.float32)
+    at = -(-outer * parts * val.itemsize // 256) * 256
+    return at, at + outer * parts * 8
 
 
 def axes_input_since(op_type: str) -> int:
@@ -269,6 +292,20 @@ class ArgExtreme(CudaKernel):
             del shape[a]
         return [TensorSpec(np.int64, tuple(shape))]
 
+    def workspace_requirement(self, meta: NodeMeta) -> WorkspaceRequirement:
+        def size() -> WorkspaceRequirement:
+            x = meta.inputs[0]
+            a = normalize_axis(int(meta.attr("axis", 0)), len(x.shape))
+            if a is None:
+                return WorkspaceRequirement.NONE
+            outer, dim, inner = prod(x.shape[:a]), x.shape[a], prod(x.shape[a + 1:])
+            parts = arg_split(outer, dim, inner)
+            return WorkspaceRequirement(arg_workspace(outer, parts, x.dtype)[1] if parts
+                                        else 0)
+        if not meta.inputs or meta.inputs[0] is None:
+            return WorkspaceRequirement.NONE
+        return FloatKernel.plan_time(meta, size)
+
     @replayed
     def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
         x, y = inputs[0], outputs[0]
@@ -280,7 +317,19 @@ class ArgExtreme(CudaKernel):
             raise self.fail(ctx, f"cannot take {ctx.node.op_type} over empty axis {a}")
         last = int(bool(ctx.node.attr("select_last_index", 0)))
         sfx = suffix(x.dtype)
-        if inner == 1:
+        parts = arg_split(outer, dim, inner)
+        at, need = arg_workspace(outer, parts, x.dtype) if parts else (0, 0)
+        if parts and workspace is not None and workspace.nbytes >= need:
+            pv = int(workspace.buffer.ptr)
+            self.launch(self.function(f"{self.name}_part_{sfx}", x), (parts, outer, 1),
+                        (BLOCK, 1, 1),
+                        [(x.ptr, PTR), (pv, PTR), (pv + at, PTR), (dim, I64),
+                         (ARG_CHUNK, I64), (last, I32)], ctx.stream)
+            self.launch(self.function(f"{self.name}_join_{sfx}", x), (outer, 1, 1),
+                        (block_for(parts), 1, 1),
+                        [(pv, PTR), (pv + at, PTR), (y.ptr, PTR), (parts, I64), (last, I32)],
+                        ctx.stream)
+        elif inner == 1:
             self.launch(self.function(f"{self.name}_rows_{sfx}", x), (min(outer, MAX_GRID), 1, 1),
                         (block_for(dim), 1, 1),
                         [(x.ptr, PTR), (y.ptr, PTR), (outer, I64), (dim, I64), (last, I32)],
