@@ -18,7 +18,7 @@ import numpy as np
 
 import onnx_ep
 from onnx_ep.providers.cpu_reference.lowfloat import round_to
-from onnx_ep.providers.cuda.kernels import gqa
+from onnx_ep.providers.cuda.kernels import gqa, gqa_plan
 from onnx_ep.providers.cuda.kernels.base import BF16
 
 F32 = np.float32
@@ -405,15 +405,71 @@ def _decode_block(dev, dtype, blk, a, g) -> None:
     cnt[bh] = 0
 
 
+def gqa_decode_short(dev: FakeDevice, dtype: Any, head: int, grid: tuple[int, int, int],
+                     a: list[Any], g: Any) -> None:
+    """``gqa_decode_short_<sfx>_d<head>``: one block per (batch * kv head), every key of
+    the row at once, exp(s - max(M, sink)) normalised by its sum (plus the sink's term)."""
+    assert g.head == head and g.q_len == 1
+    assert grid == (1, g.batch * g.kv_heads, 1)
+    assert g.q_heads // g.kv_heads <= gqa.DECODE_MAX_REP
+    assert g.present_len <= gqa_plan.SHORT_MAX_KEYS, "the scores of every key fit shared memory"
+    assert a[1] % 16 == 0 and a[2] % 16 == 0, "K rows are loaded in 16-byte vectors"
+    q, kc, vc, seq, tot, cs, sn, pid, bias, sink, y, _ws, _counters = a
+    D, Hkv, Hq, B, Lp = int(g.head), int(g.kv_heads), int(g.q_heads), int(g.batch), \
+        int(g.present_len)
+    rep = Hq // Hkv
+    sink_a = dev.array(sink, dtype, Hq) if sink else None
+    yarr = dev.array(y, dtype, B * Hq * D)
+    for bh in range(grid[1]):
+        b, kvh = bh // Hkv, bh % Hkv
+        past, T, first = _row_lens(dev.array(seq, np.int32, B), _total(dev, tot, g), g, b)
+        hi = min(T, Lp)
+        if g.causal:
+            hi = min(hi, past + 1)
+        lo = max(0, past - g.window + 1) if g.window >= 0 else 0
+        hi = max(hi, lo)
+        kall = dev.array(kc, dtype, (bh + 1) * Lp * D)[bh * Lp * D:].reshape(Lp, D)
+        vall = dev.array(vc, dtype, (bh + 1) * Lp * D)[bh * Lp * D:].reshape(Lp, D)
+        kt, vt = kall[lo:hi].astype(F32), vall[lo:hi].astype(F32)
+        ts = np.arange(lo, hi)
+        for hh in range(rep):
+            h = kvh * rep + hh
+            qx = dev.array(q + (b * g.q_sb + h * D) * dtype.itemsize, dtype, D).copy()
+            if g.rot_half > 0:
+                csa = dev.array(cs, dtype, int(g.cos_rows * g.rot_half))
+                sna = dev.array(sn, dtype, int(g.cos_rows * g.rot_half))
+                row = _rot_row(_pids(dev, pid, g), g, b, 0, past, first)
+                qx[:2 * g.rot_half] = _rotated_head(qx, g, csa, sna, row, dtype)[:2 * g.rot_half]
+            v = (kt @ qx.astype(F32)).astype(F32) * F32(g.scale)
+            if g.softcap > 0:
+                v = (np.tanh(v / F32(g.softcap)) * F32(g.softcap)).astype(F32)
+            if bias:
+                bias_a = dev.array(bias, dtype, (B - 1) * g.bias_sb + (Hq - 1) * g.bias_sh
+                                   + g.bias_cols)
+                cols = ts < g.bias_cols
+                v[cols] += bias_a[b * g.bias_sb + h * g.bias_sh + ts[cols]].astype(F32)
+            sk = (F32(sink_a[h]) if sink_a is not None else F32(0)) if g.has_sink else NEG
+            M = max(v.max() if v.size else NEG, sk)
+            with np.errstate(invalid="ignore"):
+                e = np.zeros_like(v) if M == NEG else np.exp(v - M).astype(F32)
+            lt = F32(e.sum(dtype=F32) + (np.exp(F32(sk - M)) if g.has_sink and M != NEG
+                                         else 0))
+            out = (e @ vt).astype(F32) / lt if lt > 0 else np.zeros(D, F32)
+            yarr[(b * Hq + h) * D:(b * Hq + h + 1) * D] = round_to(out.astype(F32), dtype)
+
+
 def run_launch(dev: Any, fn: str, grid: tuple[int, int, int], values: list[Any],
                order_seed: int = 0) -> None:
     """Replay one launch of ``fn`` (a symbol name) with argument ``values``."""
     g = values[-1]
     assert isinstance(g, gqa.GqaGeo) and ctypes.sizeof(g) == 232
     name = str(fn)
-    dtype = SUFFIX[name.split("_")[2]]
+    dtype = SUFFIX[name.removeprefix("gqa_decode_short_").split("_")[0]] \
+        if name.startswith("gqa_decode_short_") else SUFFIX[name.split("_")[2]]
     if name.startswith("gqa_kv_"):
         gqa_kv(dev, dtype, values[:-1], g)
+    elif name.startswith("gqa_decode_short_"):
+        gqa_decode_short(dev, dtype, int(name.rsplit("_d", 1)[1]), grid, values[:-1], g)
     elif name.startswith("gqa_decode_"):
         gqa_decode(dev, dtype, int(name.rsplit("_d", 1)[1]), grid, values[:-1], g, order_seed)
     else:

@@ -173,18 +173,25 @@ def test_a_shared_decode_step_is_two_launches_writing_one_row(cuda_device, monke
     from onnx_ep.providers.cuda.kernels.base import grid_1d
 
     launched = record_launches(monkeypatch)
-    case = gc.decode((1000,), 1024, dtype=F16, rotary=0, **QWEN)
-    sess = _on_cuda(case.model())
-    try:
-        launched.clear()
-        sess.run(None, case.feeds(), RunOptions(capture="off"))
-    finally:
-        sess.close()
-    # in place: the new key/value rows only (1 x 2 kv heads x 64), then one split grid
-    # in place: the new key/value rows only (1 x 2 kv heads x 64), then the decode kernel:
-    # ceil(1025 / 32) splits x (batch 1 x 2 kv heads)
-    assert [x[:3] for x in launched] == [("gqa_kv_f16", grid_1d(2 * 64), (256, 1, 1)),
-                                         ("gqa_decode_f16_d64", (33, 2, 1), (128, 1, 1))]
+
+    def launches_of(case):
+        sess = _on_cuda(case.model())
+        try:
+            launched.clear()
+            sess.run(None, case.feeds(), RunOptions(capture="off"))
+        finally:
+            sess.close()
+        return [x[:3] for x in launched]
+
+    # in place: the new key/value rows only (1 x 2 kv heads x 64), then the one-block
+    # decode kernel (256 rows fit it): one block per (batch 1 x 2 kv heads)
+    assert launches_of(gc.decode((200,), 256, dtype=F16, rotary=0, **QWEN)) == [
+        ("gqa_kv_f16", grid_1d(2 * 64), (256, 1, 1)),
+        ("gqa_decode_short_f16_d64", (1, 2, 1), (256, 1, 1))]
+    # more rows: the split decode kernel, ceil(1025 / 32) splits x (batch 1 x 2 kv heads)
+    assert launches_of(gc.decode((1000,), 1024, dtype=F16, rotary=0, **QWEN)) == [
+        ("gqa_kv_f16", grid_1d(2 * 64), (256, 1, 1)),
+        ("gqa_decode_f16_d64", (33, 2, 1), (128, 1, 1))]
 
 
 # ---------------------------------------------------------------- the decode kernel
@@ -195,15 +202,25 @@ def launches(monkeypatch):
     return record_launches(monkeypatch)
 
 
+def present_rows(case: gc.GqaCase) -> int:
+    """Rows of the call's present buffers (the workspace's, past + new, when left out)."""
+    if "present_key" not in case.outputs:
+        return case.capacity + case.q_len
+    return case.total if case.cache == "growing" else case.capacity
+
+
 def check_decode(case: gc.GqaCase, launches: list, what: str = "") -> None:
-    """``case`` within the promise, its attention run by gqa_decode_<sfx>_d<head>."""
+    """``case`` within the promise, its attention run by the decode kernel of its present
+    rows: gqa_decode_short_<sfx>_d<head> up to SHORT_MAX_KEYS, else gqa_decode_<sfx>_d<head>."""
     from onnx_ep.providers.cuda.kernels.base import suffix
+    from onnx_ep.providers.cuda.kernels.gqa_plan import SHORT_MAX_KEYS
 
     launches.clear()
     check(case, what, eager=True)
-    want = f"gqa_decode_{suffix(np.dtype(case.dtype))}_d{case.head}"
-    names = [x[0] for x in launches]
-    assert want in names and not any(n.startswith("gqa_attend") for n in names), (what, names)
+    short = present_rows(case) <= SHORT_MAX_KEYS
+    want = f"gqa_decode_{'short_' if short else ''}{suffix(np.dtype(case.dtype))}_d{case.head}"
+    names = [x[0] for x in launches if x[0].startswith(("gqa_decode", "gqa_attend"))]
+    assert names == [want], (what, names)
 
 
 DT3, IDS3 = [F16, BF16, F32], ["f16", "bf16", "f32"]
@@ -231,8 +248,9 @@ def test_decode_kernel_batch_of_different_lengths(cuda_device, launches, dtype, 
 
 @pytest.mark.parametrize("dtype", DT3, ids=IDS3)
 @pytest.mark.parametrize("window", [1, 31, 200, 5000])
-def test_decode_kernel_windows(cuda_device, launches, dtype, window):
-    check_decode(gc.decode((4096, 200, 1), 4096, dtype=dtype, rotary=1,
+@pytest.mark.parametrize("capacity", [4096, 256])
+def test_decode_kernel_windows(cuda_device, launches, dtype, window, capacity):
+    check_decode(gc.decode((capacity, 200, 1), capacity, dtype=dtype, rotary=1,
                            attrs={"local_window_size": window}, **QWEN), launches)
 
 
@@ -252,9 +270,10 @@ DECODE_OPTIONS = {
 
 @pytest.mark.parametrize("dtype", DT3, ids=IDS3)
 @pytest.mark.parametrize("name", sorted(DECODE_OPTIONS))
-def test_decode_kernel_options(cuda_device, launches, dtype, name):
+@pytest.mark.parametrize("capacity", [256, 320], ids=["short", "split"])
+def test_decode_kernel_options(cuda_device, launches, dtype, name, capacity):
     kw = QWEN | DECODE_OPTIONS[name]
-    check_decode(gc.decode((300, 77, 1), 320, dtype=dtype, **kw), launches, name)
+    check_decode(gc.decode((250, 77, 1), capacity, dtype=dtype, **kw), launches, name)
 
 
 def test_decode_heads_it_does_not_cover_use_the_attend_kernel(cuda_device, launches):

@@ -80,9 +80,15 @@ def test_every_symbol_the_host_can_pick_is_instantiated():
     assert tuple(int(x) for x in re.findall(r"EP_GQA_DECODE\(T, S, (\d+)\)", decode)) == (
         gqa.DECODE_HEADS)
     assert "gqa_decode_##S##_d##D(" in SRC
+    assert tuple(int(x) for x in re.findall(r"EP_GQA_DECODE_SHORT\(T, S, (\d+)\)",
+                                            decode)) == gqa.DECODE_HEADS
+    assert "gqa_decode_short_##S##_d##D(" in SRC
+    from onnx_ep.providers.cuda.kernels import gqa_plan
     for name, value in (("GQA_THREADS", gqa.THREADS), ("GQA_MAX_SPLITS", gqa.MAX_SPLITS),
                         ("GQA_DEC_REP", gqa.DECODE_MAX_REP),
-                        ("GQA_DEC_MAX_SPLITS", gqa.DECODE_MAX_SPLITS)):
+                        ("GQA_DEC_MAX_SPLITS", gqa.DECODE_MAX_SPLITS),
+                        ("GQA_SHORT_THREADS", gqa_plan.SHORT_THREADS),
+                        ("GQA_SHORT_KEYS", gqa_plan.SHORT_MAX_KEYS)):
         assert re.search(rf"#define {name} {value}\b", SRC)
 
 
@@ -352,7 +358,12 @@ REPLAY_CASES = {
 
 @pytest.mark.parametrize("dtype", [F32, F16, BF16], ids=["f32", "f16", "bf16"])
 @pytest.mark.parametrize("name", sorted(REPLAY_CASES))
-def test_replay_matches_the_reference(name, dtype):
+@pytest.mark.parametrize("route", ["short", "split"])
+def test_replay_matches_the_reference(name, dtype, route, monkeypatch):
+    from onnx_ep.providers.cuda.kernels import gqa_plan
+
+    if route == "split":         # decode steps take the split kernel however short
+        monkeypatch.setattr(gqa_plan, "SHORT_MAX_KEYS", 0)
     case = attrs.evolve(REPLAY_CASES[name], dtype=dtype)
     got, ref, bound, calls, aliased = run_replay(case, order_seed=len(name))
     assert_parity(name, got, ref, bound.parity)
@@ -368,6 +379,14 @@ def test_replay_matches_the_reference(name, dtype):
     plan = gqa.gqa_plan(d, np.dtype(dtype).itemsize, scratch)
     n_write = case.batch * case.hkv * rows * case.head
     if plan.dec_splits:
+        present = case.present_len if outs[1] or outs[2] else case.past_len + case.q_len
+        if gqa_plan.decode_short(d, present):
+            assert [c[0] for c in calls] == [f"gqa_kv_{suffix(dtype)}",
+                                             f"gqa_decode_short_{suffix(dtype)}_d{case.head}"]
+            assert calls[0][1] == grid_1d(n_write)
+            assert calls[1][1:] == ((1, case.batch * case.hkv, 1), (256, 1, 1))
+            return
+        assert route == "split" or present > gqa_plan.SHORT_MAX_KEYS
         assert [c[0] for c in calls] == [f"gqa_kv_{suffix(dtype)}",
                                          f"gqa_decode_{suffix(dtype)}_d{case.head}"]
         assert calls[0][1] == grid_1d(max(n_write, plan.dec_counters))
@@ -395,6 +414,12 @@ def test_replay_of_the_qwen_decode_shape():
     assert aliased and [c[0] for c in calls] == ["gqa_kv_f16", "gqa_decode_f16_d64"]
     assert calls[1][1:] == ((33, 2, 1), (128, 1, 1))     # ceil(1025 / 32) splits
     assert calls[0][1] == grid_1d(2 * 64)
+    # a buffer of at most SHORT_MAX_KEYS rows: one block per (batch, kv head)
+    case = gc.decode((200,), 256, dtype=F16, rotary=1)
+    got, ref, bound, calls, aliased = run_replay(case)
+    assert_parity("qwen decode, short", got, ref, bound.parity)
+    assert aliased and [c[0] for c in calls] == ["gqa_kv_f16", "gqa_decode_short_f16_d64"]
+    assert calls[1][1:] == ((1, 2, 1), (256, 1, 1))
 
 
 @pytest.mark.parametrize("lengths,cap", [((4096,), 4096), ((1, 2000, 4096), 4096)])
@@ -426,7 +451,7 @@ def test_misaligned_presents_fall_back_to_the_attend_kernel():
     # one kv head, 65 rows of 128 bytes: the scratch present_value has 128 bytes of slack
     case = gc.decode((40,), 64, dtype=F16, rotary=0, outputs=("y", "pk", ""), hq=4, hkv=1)
     got, ref, bound, calls, _ = run_replay(case)
-    assert calls[1][0] == "gqa_decode_f16_d64"
+    assert calls[1][0] == "gqa_decode_short_f16_d64"
     real = gqa._align
     try:       # the scratch present_value 8 bytes off a 16-byte boundary
         gqa._align = lambda n: real(n) + 8

@@ -56,6 +56,13 @@ using namespace ep;
 #define GQA_DEC_REP 8
 #define GQA_DEC_MAX_SPLITS 64
 #define GQA_DEC_U 4
+// the one-block decode kernel: threads, most keys (Python: gqa_plan.SHORT_THREADS,
+// SHORT_MAX_KEYS)
+#define GQA_SHORT_THREADS 256
+#define GQA_SHORT_KEYS 256
+// bytes of V a chunk stages in shared memory (a multiple of 16 * GQA_SHORT_THREADS and of
+// every head's row)
+#define GQA_SHORT_VBYTES 32768
 
 // Python: onnx_ep.providers.cuda.kernels.gqa.GqaGeo (same field order)
 struct GqaGeo {
@@ -503,6 +510,58 @@ __device__ __forceinline__ void dec_load(uint4 (&kr)[U], uint4 (&vr)[U], const T
     }
 }
 
+// Q of the rep q heads of kv head kvh (rows of D), rotated and rounded to T as rotated()
+// does, into qs as float32 (heads past rep zero): every load is issued before any value is
+// used
+template <class T, int D, int THREADS>
+__device__ __forceinline__ void stage_q(const T* __restrict__ q, const T* __restrict__ cs,
+                                        const T* __restrict__ sn, const void* __restrict__ pid,
+                                        const GqaGeo& g, long long b, long long kvh, int rep,
+                                        const RowLens& L, float* qs) {
+    const int tid = threadIdx.x;
+    constexpr int QPER = GQA_DEC_REP * D / THREADS;
+    const long long half = g.rot_half;
+    const long long row = half ? rot_row(pid, g, b, 0, L) : 0;
+    const T zero = round_from32<T>(0.0f);
+    T x1[QPER], x2[QPER], cv[QPER], sv[QPER];
+#pragma unroll
+    for (int u = 0; u < QPER; ++u) {
+        const int idx = tid + u * THREADS;
+        const int hh = idx / D, d = idx - hh * D;
+        const bool ok = hh < rep, rot = ok && d < 2 * half;
+        const T* qx = q + b * g.q_sb + (kvh * rep + (ok ? hh : 0)) * D;
+        long long i = 0, i1 = d, i2 = d;
+        if (rot) {
+            if (g.interleaved) {
+                i = d >> 1;
+                i1 = 2 * i;
+                i2 = i1 + 1;
+            } else {
+                i = d < half ? d : d - half;
+                i1 = i;
+                i2 = i + half;
+            }
+        }
+        x1[u] = ok ? qx[i1] : zero;
+        x2[u] = rot ? qx[i2] : zero;
+        cv[u] = rot ? cs[row * half + i] : zero;
+        sv[u] = rot ? sn[row * half + i] : zero;
+    }
+#pragma unroll
+    for (int u = 0; u < QPER; ++u) {
+        const int idx = tid + u * THREADS;
+        const int hh = idx / D, d = idx - hh * D;
+        float v = to_f32(x1[u]);
+        if (hh < rep && d < 2 * half) {
+            const bool lower = g.interleaved ? (d & 1) == 0 : d < half;
+            const double c = to_f64(cv[u]), sn_ = to_f64(sv[u]);
+            const double a = to_f64(x1[u]), bb = to_f64(x2[u]);
+            v = to_f32(round_from64<T>(lower ? c * a - sn_ * bb : sn_ * a + c * bb));
+        }
+        qs[idx] = v;
+    }
+}
+
 // One block per (key split, batch * kv head), all rep (<= GQA_DEC_REP) q heads of the kv
 // head in it. LPR lanes hold one K/V row (16 bytes each); a warp takes KG rows at a time,
 // the block's NG lane groups rows base + grp + NG * u (U rows per group loaded before any
@@ -558,51 +617,7 @@ __device__ __forceinline__ void gqa_decode(const T* __restrict__ q, const T* __r
     uint4 kr[U], vr[U];
     dec_load<T, D, NG, U>(kr, vr, kb, vb, start, end, grp, d0);
 
-    // Q of the group's heads, rotated and rounded to T as rotated() does, as float32: every
-    // load of the phase is issued before any value is used
-    {
-        constexpr int QPER = R * D / GQA_THREADS;
-        const long long half = g.rot_half;
-        const long long row = half ? rot_row(pid, g, b, 0, L) : 0;
-        const T zero = round_from32<T>(0.0f);
-        T x1[QPER], x2[QPER], cv[QPER], sv[QPER];
-#pragma unroll
-        for (int u = 0; u < QPER; ++u) {
-            const int idx = tid + u * GQA_THREADS;
-            const int hh = idx / D, d = idx - hh * D;
-            const bool ok = hh < rep, rot = ok && d < 2 * half;
-            const T* qx = q + b * g.q_sb + (kvh * rep + (ok ? hh : 0)) * D;
-            long long i = 0, i1 = d, i2 = d;
-            if (rot) {
-                if (g.interleaved) {
-                    i = d >> 1;
-                    i1 = 2 * i;
-                    i2 = i1 + 1;
-                } else {
-                    i = d < half ? d : d - half;
-                    i1 = i;
-                    i2 = i + half;
-                }
-            }
-            x1[u] = ok ? qx[i1] : zero;
-            x2[u] = rot ? qx[i2] : zero;
-            cv[u] = rot ? cs[row * half + i] : zero;
-            sv[u] = rot ? sn[row * half + i] : zero;
-        }
-#pragma unroll
-        for (int u = 0; u < QPER; ++u) {
-            const int idx = tid + u * GQA_THREADS;
-            const int hh = idx / D, d = idx - hh * D;
-            float v = to_f32(x1[u]);
-            if (hh < rep && d < 2 * half) {
-                const bool lower = g.interleaved ? (d & 1) == 0 : d < half;
-                const double c = to_f64(cv[u]), sn_ = to_f64(sv[u]);
-                const double a = to_f64(x1[u]), bb = to_f64(x2[u]);
-                v = to_f32(round_from64<T>(lower ? c * a - sn_ * bb : sn_ * a + c * bb));
-            }
-            qs[idx] = v;
-        }
-    }
+    stage_q<T, D, GQA_THREADS>(q, cs, sn, pid, g, b, kvh, rep, L, qs);
     __syncthreads();
 
     float m[R], l[R], acc[R][VEC];
@@ -776,6 +791,196 @@ __device__ __forceinline__ void gqa_decode(const T* __restrict__ q, const T* __r
     if (tid == 0) counters[bh] = 0u;
 }
 
+// a shared-memory float4 the compiler may not keep in registers across loop iterations (Q
+// of all heads is too large for registers; hoisting its reads out of the key loop spills)
+__device__ __forceinline__ float4 lds_f4(const float* p) {
+    float4 r;
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w) : "r"(a));
+    return r;
+}
+
+// One block per (batch * kv head) for a decode step over at most GQA_SHORT_KEYS keys (the
+// host takes this route when the present buffers have no more rows): no splits, so no
+// partial results, counters or second pass. Thread j scores keys lo + j, lo + j + threads,
+// ... for all rep heads (its K row loaded whole, Q read from shared memory), warp h takes
+// head h's softmax over the block's scores, then each thread accumulates two channels of
+// one head's output over the keys in order, from V staged in shared memory a chunk of
+// GQA_SHORT_VBYTES at a time (the first chunk's loads, and the first key row's, are issued
+// before anything else, so their latency overlaps Q's; each next chunk's while the current
+// one is used). Fixed orders throughout: replays repeat eager
+// bytes. Numerics as gqa_decode (Q K^T, softmax and P V in float32, rounded once to T).
+template <class T, int D>
+__device__ __forceinline__ void gqa_decode_short(const T* __restrict__ q,
+                                                 const T* __restrict__ kc,
+                                                 const T* __restrict__ vc,
+                                                 const int* __restrict__ seqlens,
+                                                 const int* __restrict__ total,
+                                                 const T* __restrict__ cs,
+                                                 const T* __restrict__ sn,
+                                                 const void* __restrict__ pid,
+                                                 const T* __restrict__ bias,
+                                                 const T* __restrict__ sink, T* __restrict__ y,
+                                                 const GqaGeo& g) {
+    constexpr int VEC = 16 / (int)sizeof(T);
+    constexpr int R = GQA_DEC_REP, NT = GQA_SHORT_THREADS;
+    constexpr int KV = D / VEC;                 // 16-byte vectors of a row
+    constexpr int KB = KV < 8 ? KV : 8;         // of them loaded before any is used
+    constexpr int VCH = GQA_SHORT_VBYTES / (D * (int)sizeof(T));   // keys of a V chunk
+    constexpr int VPT = GQA_SHORT_VBYTES / 16 / NT;                 // its vectors per thread
+    constexpr int HALF = D / 2;
+    constexpr int ITEMS = (R * HALF + NT - 1) / NT;                 // (head, pair)s a thread
+    static_assert(VCH * D * (int)sizeof(T) == GQA_SHORT_VBYTES && VPT * 16 * NT ==
+                  GQA_SHORT_VBYTES, "V chunk geometry");
+    __shared__ __align__(16) float qs[R * D];
+    __shared__ float ps[R][GQA_SHORT_KEYS];
+    __shared__ __align__(16) uint4 vsm[GQA_SHORT_VBYTES / 16];
+    __shared__ float hl[R];
+
+    const float NEG = -inf32();
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const long long bh = blockIdx.y;
+    const long long Hkv = g.kv_heads, Hq = g.q_heads;
+    const int rep = (int)(Hq / Hkv);
+    const long long b = bh / Hkv, kvh = bh % Hkv;
+    const RowLens L = row_lens(seqlens, total, g, b);
+    long long hi = L.total < g.present_len ? L.total : g.present_len;
+    if (g.causal && L.past + 1 < hi) hi = L.past + 1;
+    long long lo = 0;
+    if (g.window >= 0 && L.past - g.window + 1 > lo) lo = L.past - g.window + 1;
+    const int n = hi > lo ? (int)(hi - lo) : 0;   // <= present_len <= GQA_SHORT_KEYS
+    const T* kb = kc + (bh * g.present_len + lo) * D;
+    const T* vb = vc + (bh * g.present_len + lo) * D;
+
+    // V chunk c0's vectors of this thread (rows are contiguous: vector i of the chunk is
+    // row i / KV, vector i % KV of it)
+    uint4 vr[VPT];
+    auto load_v = [&](int c0) {
+        const uint4* src = reinterpret_cast<const uint4*>(vb + (long long)c0 * D);
+        const int lim = (n - c0 < VCH ? n - c0 : VCH) * KV;
+#pragma unroll
+        for (int u = 0; u < VPT; ++u) {
+            const int i = tid + u * NT;
+            vr[u] = i < lim ? src[i] : make_uint4(0u, 0u, 0u, 0u);
+        }
+    };
+    load_v(0);
+    // this thread's first key row (its first KB vectors) too: every load that depends only
+    // on the row lengths is in flight before Q is rotated
+    uint4 k0[KB];
+#pragma unroll
+    for (int u = 0; u < KB; ++u)
+        k0[u] = tid < n ? reinterpret_cast<const uint4*>(kb + (long long)tid * D)[u]
+                        : make_uint4(0u, 0u, 0u, 0u);
+
+    stage_q<T, D, NT>(q, cs, sn, pid, g, b, kvh, rep, L, qs);
+    __syncthreads();
+
+    // scores
+    const T* brow = bias != nullptr ? bias + b * g.bias_sb + kvh * rep * g.bias_sh : nullptr;
+    for (int j = tid; j < n; j += NT) {
+        const uint4* kr = reinterpret_cast<const uint4*>(kb + (long long)j * D);
+        float sc[R];
+#pragma unroll
+        for (int h = 0; h < R; ++h) sc[h] = 0.0f;
+#pragma unroll
+        for (int c0 = 0; c0 < KV; c0 += KB) {
+            uint4 kv[KB];
+#pragma unroll
+            for (int u = 0; u < KB; ++u) kv[u] = (c0 == 0 && j == tid) ? k0[u] : kr[c0 + u];
+#pragma unroll
+            for (int u = 0; u < KB; ++u) {
+                float kf[VEC];
+#pragma unroll
+                for (int i = 0; i < VEC; ++i) kf[i] = vec_elem<T>(kv[u], i);
+#pragma unroll
+                for (int h = 0; h < R; ++h) {
+                    if (h >= rep) continue;   // block-uniform
+                    const float* qp = qs + h * D + (c0 + u) * VEC;
+#pragma unroll
+                    for (int i = 0; i < VEC / 4; ++i) {
+                        const float4 qq = lds_f4(qp + 4 * i);
+                        sc[h] = fmaf(qq.x, kf[4 * i], sc[h]);
+                        sc[h] = fmaf(qq.y, kf[4 * i + 1], sc[h]);
+                        sc[h] = fmaf(qq.z, kf[4 * i + 2], sc[h]);
+                        sc[h] = fmaf(qq.w, kf[4 * i + 3], sc[h]);
+                    }
+                }
+            }
+        }
+        const long long t = lo + j;
+#pragma unroll
+        for (int h = 0; h < R; ++h) {
+            if (h >= rep) continue;
+            float v = sc[h] * g.scale;
+            if (g.softcap > 0.0f) v = tanhf(v / g.softcap) * g.softcap;
+            if (brow != nullptr && t < g.bias_cols) v += to_f32(brow[h * g.bias_sh + t]);
+            ps[h][j] = v;
+        }
+    }
+    __syncthreads();
+
+    // softmax of head `warp`: the scores become exp(s - M), hl its denominator
+    if (warp < rep) {
+        const int h = warp;
+        float m = NEG;
+        for (int j = lane; j < n; j += 32) m = fmaxf(m, ps[h][j]);
+        m = warp_max(m);
+        const float sk = g.has_sink ? (sink ? to_f32(sink[kvh * rep + h]) : 0.0f) : NEG;
+        const float M = fmaxf(m, sk);
+        float part = 0.0f;
+        for (int j = lane; j < n; j += 32) {
+            const float e = M == NEG ? 0.0f : expf(ps[h][j] - M);
+            ps[h][j] = e;
+            part += e;
+        }
+        const float l = warp_sum(part);
+        if (lane == 0) hl[h] = l + (g.has_sink && M != NEG ? expf(sk - M) : 0.0f);
+    }
+
+    // P V: item (head h, channels 2c, 2c + 1) over the keys in order, chunk by chunk
+    float a0[ITEMS], a1[ITEMS];
+#pragma unroll
+    for (int it = 0; it < ITEMS; ++it) a0[it] = a1[it] = 0.0f;
+    const T* vs = reinterpret_cast<const T*>(vsm);
+    for (int c0 = 0; c0 < n; c0 += VCH) {
+        if (c0 > 0) __syncthreads();          // the previous chunk is used up
+#pragma unroll
+        for (int u = 0; u < VPT; ++u) vsm[tid + u * NT] = vr[u];
+        __syncthreads();                      // (the first time: the softmax's too)
+        if (c0 + VCH < n) load_v(c0 + VCH);   // the next chunk's loads fly meanwhile
+        const int m = n - c0 < VCH ? n - c0 : VCH;
+#pragma unroll
+        for (int it = 0; it < ITEMS; ++it) {
+            const int idx = tid + it * NT;
+            if (idx >= rep * HALF) break;
+            const int h = idx / HALF, c = 2 * (idx - h * HALF);
+            const float* pr = &ps[h][c0];
+            float x0 = a0[it], x1 = a1[it];
+#pragma unroll 8
+            for (int j = 0; j < m; ++j) {
+                const float p = pr[j];
+                x0 = fmaf(p, to_f32(vs[j * D + c]), x0);
+                x1 = fmaf(p, to_f32(vs[j * D + c + 1]), x1);
+            }
+            a0[it] = x0;
+            a1[it] = x1;
+        }
+    }
+    if (n == 0) __syncthreads();              // hl is written before it is read
+#pragma unroll
+    for (int it = 0; it < ITEMS; ++it) {
+        const int idx = tid + it * NT;
+        if (idx >= rep * HALF) break;
+        const int h = idx / HALF, c = 2 * (idx - h * HALF);
+        const float l = hl[h];
+        T* yr = y + b * Hq * D + (kvh * rep + h) * D + c;
+        yr[0] = round_from32<T>(l > 0.0f ? a0[it] / l : 0.0f);
+        yr[1] = round_from32<T>(l > 0.0f ? a1[it] / l : 0.0f);
+    }
+}
+
 // ------------------------------------------------------------------ symbols
 
 #define EP_GQA_KV(T, S)                                                                        \
@@ -805,11 +1010,22 @@ gqa_decode_##S##_d##D(const T* q, const T* kc, const T* vc, const int* seqlens, 
     gqa_decode<T, D>(q, kc, vc, seqlens, total, cs, sn, pid, bias, sink, y, ws, counters, g);  \
 }
 
+#define EP_GQA_DECODE_SHORT(T, S, D)                                                           \
+extern "C" __global__ void __launch_bounds__(GQA_SHORT_THREADS)                                \
+gqa_decode_short_##S##_d##D(const T* q, const T* kc, const T* vc, const int* seqlens,          \
+                            const int* total, const T* cs, const T* sn, const void* pid,       \
+                            const T* bias, const T* sink, T* y, float* ws, unsigned* counters, \
+                            GqaGeo g) {                                                        \
+    gqa_decode_short<T, D>(q, kc, vc, seqlens, total, cs, sn, pid, bias, sink, y, g);         \
+}
+
 // (DMAX, NS, TK, RPW): Python gqa.VARIANTS; decode head sizes: gqa_plan.DECODE_HEADS
 #define EP_GQA(T, S)                      \
     EP_GQA_KV(T, S)                       \
     EP_GQA_DECODE(T, S, 64)               \
     EP_GQA_DECODE(T, S, 128)              \
+    EP_GQA_DECODE_SHORT(T, S, 64)         \
+    EP_GQA_DECODE_SHORT(T, S, 128)        \
     EP_GQA_ATTEND(T, S, 64, 2, 32, 4)     \
     EP_GQA_ATTEND(T, S, 128, 4, 32, 4)    \
     EP_GQA_ATTEND(T, S, 256, 8, 16, 2)

@@ -21,6 +21,9 @@ Two launches per call, capturable: neither reads seqlens_k or total_sequence_len
   128, at most 8 q heads per kv head, 16-byte aligned presents): one block per (key
   split, batch * kv head) with all the group's q heads, K/V rows loaded once in 16-byte
   vectors, splits sized by :func:`~gqa_plan.decode_splits` (about two blocks per SM).
+- ``gqa_decode_short_<sfx>_d<64|128>`` takes those decode steps whose present buffers
+  have at most :data:`~gqa_plan.SHORT_MAX_KEYS` rows: one block per (batch, kv head), every
+  key's scores in shared memory, no splits to combine (:func:`~gqa_plan.decode_short`).
 
 Covered: separate or packed QKV, past/present (shared buffer or growing), first prompt
 (right-padded batches), subsequent prompts, decode, batch entries of different lengths,
@@ -73,6 +76,7 @@ from onnx_ep.providers.cuda.kernels.gqa_plan import (  # noqa: F401 (re-exported
     DECODE_MAX_SPLITS,
     MAX_GRID_YZ,
     MAX_SPLITS,
+    SHORT_THREADS,
     TARGET_BLOCKS,
     THREADS,
     VARIANTS,
@@ -80,6 +84,7 @@ from onnx_ep.providers.cuda.kernels.gqa_plan import (  # noqa: F401 (re-exported
     GqaDims,
     GqaPlan,
     _align,
+    decode_short,
     decode_splits,
     gqa_dims,
     gqa_plan,
@@ -377,7 +382,8 @@ class GroupQueryAttention(CudaKernel):
         pv_out = ov.ptr if ov is not None else ws + _align(plan.scratch_bytes)
         # the decode kernel loads K/V rows in 16-byte vectors
         dec = plan.dec_splits if (pk_out | pv_out) % 16 == 0 else 0
-        n_counters = plan.dec_counters if dec else plan.counters
+        short = bool(dec) and decode_short(d, present_len)
+        n_counters = 0 if short else plan.dec_counters if dec else plan.counters
         counters = ws + plan.counter_offset if n_counters else 0
         g = self._geo(ctx, d, plan, present_len, in_place, inputs)
         if dec:
@@ -396,12 +402,16 @@ class GroupQueryAttention(CudaKernel):
                      struct_arg(g)], ctx.stream)
         if y is None or d.rows == 0:
             return
-        if dec:
+        threads = THREADS
+        if short:
+            name, grid = f"gqa_decode_short_{sfx}_d{d.head}", (1, d.batch * d.kv_heads, 1)
+            threads = SHORT_THREADS
+        elif dec:
             name, grid = f"gqa_decode_{sfx}_d{d.head}", (dec, d.batch * d.kv_heads, 1)
         else:
             name = f"gqa_attend_{sfx}_d{plan.dmax}"
             grid = (plan.splits, plan.tiles, d.batch * d.kv_heads)
-        self.launch(self.function(name, q), grid, (THREADS, 1, 1),
+        self.launch(self.function(name, q), grid, (threads, 1, 1),
                     [(q.ptr, PTR), (pk_out, PTR), (pv_out, PTR), (seqlens.ptr, PTR),
                      (total_ptr, PTR), *((p, PTR) for p in rope), (_ptr(bias), PTR),
                      (_ptr(sink), PTR), (y.ptr, PTR), (ws + plan.partial_offset, PTR),

@@ -24,6 +24,13 @@ DECODE_MAX_REP = 8
 DECODE_MIN_KEYS = 32
 DECODE_MAX_SPLITS = 64
 DECODE_TARGET_BLOCKS = 264
+#: the one-block decode kernel (``gqa_decode_short_<sfx>_d<head>``): its threads
+#: (GQA_SHORT_THREADS) and the most present rows it takes (GQA_SHORT_KEYS). Where every key
+#: fits one block's shared memory, one block per (batch, kv head) without splits finishes
+#: sooner than split blocks and their combine: the step is a chain of latencies, not a
+#: bandwidth problem.
+SHORT_THREADS = 256
+SHORT_MAX_KEYS = 256
 
 
 @attrs.frozen
@@ -140,6 +147,12 @@ def decode_splits(d: GqaDims) -> int:
     bkv = max(d.batch * d.kv_heads, 1)
     return max(1, min(DECODE_MAX_SPLITS, -(-d.span // DECODE_MIN_KEYS),
                       -(-DECODE_TARGET_BLOCKS // bkv)))
+
+
+def decode_short(d: GqaDims, present_len: int) -> bool:
+    """Whether a decode step of ``d`` over presents of ``present_len`` rows takes the
+    one-block kernel (where the decode kernel applies and the rows fit its shared memory)."""
+    return decode_splits(d) > 0 and present_len <= SHORT_MAX_KEYS
 
 
 def gqa_plan(d: GqaDims, itemsize: int, scratch: bool) -> GqaPlan:
