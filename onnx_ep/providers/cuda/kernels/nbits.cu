@@ -224,6 +224,27 @@ __device__ void nbits_gemv(const T* __restrict__ a, const u8* __restrict__ b,
     float* as = reinterpret_cast<float*>(nb_smem);
     const int groups = g.padded_k >> 4, stride = a_stride(g);
     float* asum = as + g.m * stride;
+    typedef Chunk<BITS> C;
+    // several rows of A give each chunk enough arithmetic to hide its load: one in flight
+    constexpr int UNROLL = MAXM == 1 ? NB_UNROLL : 1;
+    const int tpr = g.tpr, rows = blockDim.x / tpr;
+    const int slot = threadIdx.x / tpr, t = threadIdx.x % tpr;
+    // the first row's first chunks (B does not depend on A) are loaded before A is staged,
+    // so their memory latency overlaps A's instead of following it
+    const long long first = (long long)blockIdx.x * rows;
+    C pre[UNROLL];
+    float pre_s0[UNROLL];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+        const int c = t + u * tpr;
+        pre_s0[u] = 0.0f;
+        if (first + slot < g.n && c < g.chunks) {
+            pre[u].load(b + (first + slot) * g.row_bytes + (long long)c * C::BYTES);
+            if (c * C::CODES < g.k)
+                pre_s0[u] = to_f32(__ldg(scales + (first + slot) * g.n_blocks +
+                                         ((c * C::CODES) >> g.log2_block)));
+        }
+    }
     // every load of a batch in flight before any store: K / blockDim loads one after the
     // other would cost a memory latency each
     constexpr int APER = 8;
@@ -242,18 +263,15 @@ __device__ void nbits_gemv(const T* __restrict__ a, const u8* __restrict__ b,
             }
         }
     __syncthreads();
-    for (int i = threadIdx.x; i < g.m * groups; i += blockDim.x) {
-        const float* x = as + (i / groups) * stride + apad((i % groups) * 16);
-        float v = 0.0f;
-        for (int j = 0; j < 16; ++j) v = v + x[j];
-        asum[i] = v;
+    if (g.zp_mode == 2) {     // only a zero point of T has a fraction that reads the sums
+        for (int i = threadIdx.x; i < g.m * groups; i += blockDim.x) {
+            const float* x = as + (i / groups) * stride + apad((i % groups) * 16);
+            float v = 0.0f;
+            for (int j = 0; j < 16; ++j) v = v + x[j];
+            asum[i] = v;
+        }
+        __syncthreads();
     }
-    __syncthreads();
-    typedef Chunk<BITS> C;
-    // several rows of A give each chunk enough arithmetic to hide its load: one in flight
-    constexpr int UNROLL = MAXM == 1 ? NB_UNROLL : 1;
-    const int tpr = g.tpr, rows = blockDim.x / tpr;
-    const int slot = threadIdx.x / tpr, t = threadIdx.x % tpr;
     const int width = tpr < 32 ? tpr : 32;
     const bool one_block = (1 << g.log2_block) >= C::CODES;
     for (long long base = (long long)blockIdx.x * rows; base < g.n;
@@ -267,11 +285,15 @@ __device__ void nbits_gemv(const T* __restrict__ a, const u8* __restrict__ b,
             for (int c0 = t; c0 < g.chunks; c0 += tpr * UNROLL) {
                 C ch[UNROLL];
                 float s0[UNROLL];    // each chunk's first scale, loaded beside its codes
+                const bool prefetched = base == first && c0 == t;
 #pragma unroll
                 for (int u = 0; u < UNROLL; ++u) {
                     const int c = c0 + u * tpr;
                     s0[u] = 0.0f;
-                    if (c < g.chunks) {
+                    if (prefetched) {
+                        ch[u] = pre[u];
+                        s0[u] = pre_s0[u];
+                    } else if (c < g.chunks) {
                         ch[u].load(row + (long long)c * C::BYTES);
                         if (c * C::CODES < g.k)
                             s0[u] = to_f32(__ldg(scales + n * g.n_blocks +
