@@ -72,7 +72,9 @@ def copy_out(device: Any, graph: Graph, program: Program, outs: list[Any],
             if target.device_type != dev:
                 raise FeedError(f"output {name!r} is bound to a tensor on {target.device} "
                                 f"but is produced on {dev}")
-            check_like(target, src, name)
+            tv = target.value
+            if tv.shape != src.shape or tv.dtype != src.dtype:    # the cheap test first:
+                check_like(target, src, name)                     # ~100 bound KV outputs
             outs[pos] = target
             if getattr(src, "ptr", None) == target.value.ptr:
                 continue                  # written in place (a view of the bound feed)

@@ -96,7 +96,10 @@ class Tensor:
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return tuple(int(d) for d in self.value.shape)
+        s = self.value.shape
+        # numpy's and DeviceTensor's shapes are tuples of ints already (read on every run
+        # for every bound tensor: no copy)
+        return s if type(s) is tuple else tuple(int(d) for d in s)
 
     @property
     def ndim(self) -> int:
