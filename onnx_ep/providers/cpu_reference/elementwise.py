@@ -283,6 +283,14 @@ class Pow(CpuKernel):
             shape = np.broadcast_shapes(x.shape, y.shape)
         except ValueError as exc:
             raise self.fail(ctx, f"cannot broadcast shapes {x.shape} and {y.shape}: {exc}")
+        if x.dtype == np.float32 and y.size == 1 and upcast(y).reshape(-1)[0] == 2:
+            # the float64 square of a float32 is exact and pow returns an exactly
+            # representable result unchanged, so pow rounded once is the correctly rounded
+            # float32 product (numpy's AVX-512 pow: the same bits for all 2**32 inputs,
+            # NaN payloads included)
+            z = np.empty(x.shape, np.float32)
+            np.multiply(x, x, out=z)
+            return z if z.shape == shape else np.broadcast_to(z, shape).copy()
         with np.errstate(all="ignore"):
             if is_float(x.dtype):
                 # upcast, not source_value: an int64 exponent converts as it always did

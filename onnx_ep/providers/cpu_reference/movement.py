@@ -8,6 +8,7 @@ outside raises a NodeError (numpy would otherwise wrap or raise IndexError).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -47,12 +48,12 @@ class Reshape(CpuKernel):
         if out.count(-1) > 1:
             raise self.fail(ctx, f"shape {target} has more than one -1")
         if -1 in out:
-            known = int(np.prod([d for d in out if d != -1], dtype=np.int64))
+            known = math.prod(d for d in out if d != -1)
             if known == 0 or data.size % known:
                 raise self.fail(ctx, f"cannot reshape input of shape {data.shape} "
                                      f"({data.size} elements) to {target}")
             out[out.index(-1)] = data.size // known
-        if int(np.prod(out, dtype=np.int64)) != data.size:
+        if math.prod(out) != data.size:
             raise self.fail(ctx, f"cannot reshape input of shape {data.shape} "
                                  f"({data.size} elements) to {target}")
         return data.reshape(out)

@@ -67,10 +67,18 @@ def round_from_float64(y: np.ndarray, dtype: np.dtype) -> np.ndarray:
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
-    """The logistic function ``1 / (1 + exp(-x))`` of a float array."""
-    # exp of a non-positive argument only: no overflow for large |x|
-    e = np.exp(-np.abs(x))
-    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+    """The logistic function ``1 / (1 + exp(-x))`` of a float array: ``1 / (1 + e)`` for
+    ``x >= 0`` and ``e / (1 + e)`` otherwise, with ``e = exp(-|x|)``."""
+    # exp of a non-positive argument only: no overflow for large |x|; the same IEEE
+    # operations as the two-branch formula, with one temporary per step instead of two
+    e = np.abs(x)
+    if not isinstance(e, np.ndarray):               # a scalar (0-d input)
+        e = np.exp(-e)
+        return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+    np.negative(e, out=e)
+    np.exp(e, out=e)
+    d = e + 1.0
+    return np.divide(np.where(x >= 0, 1.0, e), d, out=d)
 
 
 # ---------------------------------------------------------------- erf / erfc

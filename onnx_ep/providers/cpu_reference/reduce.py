@@ -12,6 +12,7 @@ are computed in the input type (wrapping as the hardware does).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -76,7 +77,7 @@ def _min(x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
 def _mean(x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
     if x.dtype.kind in "iu":
         # integer mean: sum in the type, then C-style division truncating toward zero
-        n = int(np.prod([x.shape[a] for a in axes]))
+        n = math.prod(x.shape[a] for a in axes)
         s = _sum(x, axes, keep)
         if n == 0:
             return s
@@ -84,7 +85,7 @@ def _mean(x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
         # remainder makes s - r an exact multiple of n, inside the type's range
         r = np.fmod(s, s.dtype.type(n))
         return ((s - r) // s.dtype.type(n)).astype(x.dtype)
-    n = int(np.prod([x.shape[a] for a in axes]))
+    n = math.prod(x.shape[a] for a in axes)
     # sum / count rather than np.mean: an empty set gives NaN without a warning
     with np.errstate(invalid="ignore"):
         return _sum(x, axes, keep) / x.dtype.type(n)

@@ -55,11 +55,16 @@ class Softmax(CpuKernel):
         m = np.max(v, axis=axis, keepdims=True)
         # the spec's x - max(x): a row holding +inf is NaN throughout; a row of -inf only
         # (a masked row) is shifted by 0 instead, which gives the same NaNs without warnings
-        shifted = v - np.where(np.isneginf(m), 0.0, m)
-        e = np.exp(shifted)
-        s = np.sum(e, axis=axis, keepdims=True)
-        with np.errstate(divide="ignore"):
-            y = shifted - np.log(s) if self.log else e / s
+        # v is softmax_view's own float64 copy: the steps below overwrite it in place
+        shifted = np.subtract(v, np.where(np.isneginf(m), 0.0, m), out=v)
+        if self.log:
+            s = np.sum(np.exp(shifted), axis=axis, keepdims=True)
+            with np.errstate(divide="ignore"):
+                y = np.subtract(shifted, np.log(s), out=shifted)
+        else:
+            e = np.exp(shifted, out=shifted)
+            s = np.sum(e, axis=axis, keepdims=True)
+            y = np.divide(e, s, out=e)
         return round_to(y.reshape(x.shape), x.dtype)
 
 

@@ -255,3 +255,20 @@ def test_where_rejects_non_bool_condition() -> None:
     feeds = {"c": np.array([1, 0], np.int32), "x": _x(2), "y": _x(2)}
     with pytest.raises(NodeError, match="condition must be bool"):
         run_ours(node_model("Where", feeds), feeds)
+
+
+@pytest.mark.parametrize("exponent", [np.array(2.0, np.float32), np.array([[2]], np.int64),
+                                      np.array([2.0], np.float64)])
+def test_float32_square_is_the_float64_power_rounded_once(exponent):
+    rng = np.random.default_rng(5)
+    x = rng.integers(0, 2**32, 100_000, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    x = np.concatenate([x, np.array([0.0, -0.0, np.inf, -np.inf, 1.9e19, 1e-45, 3.4e38,
+                                     -1.1e-19], np.float32)]).reshape(4, -1)
+    (got,) = run_ours(node_model("Pow", {"x": x, "y": exponent}), {"x": x, "y": exponent})
+    with np.errstate(all="ignore"):
+        want = np.power(x.astype(np.float64), 2.0).astype(np.float32)
+    want = np.broadcast_to(want, np.broadcast_shapes(x.shape, exponent.shape))
+    assert got.dtype == np.float32 and got.shape == want.shape
+    nan = np.isnan(want)
+    assert np.array_equal(np.isnan(got), nan)
+    assert np.array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))
