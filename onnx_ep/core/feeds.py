@@ -13,7 +13,7 @@ import numpy as np
 
 from onnx_ep.core.dtypes import np_dtype
 from onnx_ep.core.graph import Value
-from onnx_ep.core.tensor import Tensor
+from onnx_ep.core.tensor import HOST, Tensor
 from onnx_ep.errors import FeedError
 
 _MISSING: Any = object()
@@ -52,6 +52,11 @@ class FeedBinder:
             arrays[self.index_of(name)] = value
         sig: list[Any] = []
         for i, (v, a) in enumerate(zip(self.inputs, arrays)):
+            if type(a) is Tensor and a.device != HOST:
+                # a device tensor (a bound KV cache: ~50 of them a decode step): same
+                # signature as its host twin, so plans are shared
+                sig.append((a.dtype, a.shape))
+                continue
             if a is _MISSING and v.name in self.defaults:
                 a = arrays[i] = self.defaults[v.name]
             elif isinstance(a, PYTHON_VALUES) and v.kind == "tensor":
