@@ -320,6 +320,14 @@ def gqa_decode(dev: FakeDevice, dtype: Any, head: int, grid: tuple[int, int, int
             _decode_block(dev, dtype, blk, a, g)
 
 
+def _decode_keys(g: Any, past: int, total: int) -> tuple[int, int]:
+    """The keys [lo, hi) a decode step's query attends (gqa.cu decode_keys)."""
+    hi = min(total, int(g.present_len))
+    if g.causal:
+        hi = min(hi, past + 1)
+    return (max(0, past - g.window + 1) if g.window >= 0 else 0), hi
+
+
 def _decode_block(dev, dtype, blk, a, g) -> None:
     q, kc, vc, seq, tot, cs, sn, pid, bias, sink, y, ws, counters = a
     split, bh = blk
@@ -328,10 +336,7 @@ def _decode_block(dev, dtype, blk, a, g) -> None:
     rep, splits = Hq // Hkv, int(g.splits)
     b, kvh = bh // Hkv, bh % Hkv
     past, T, first = _row_lens(dev.array(seq, np.int32, B), _total(dev, tot, g), g, b)
-    hi = min(T, Lp)
-    if g.causal:
-        hi = min(hi, past + 1)
-    lo = max(0, past - g.window + 1) if g.window >= 0 else 0
+    lo, hi = _decode_keys(g, past, T)
     start = end = 0
     if hi > lo:
         chunk = -(-(hi - lo) // splits)
@@ -423,10 +428,7 @@ def gqa_decode_short(dev: FakeDevice, dtype: Any, head: int, grid: tuple[int, in
     for bh in range(grid[1]):
         b, kvh = bh // Hkv, bh % Hkv
         past, T, first = _row_lens(dev.array(seq, np.int32, B), _total(dev, tot, g), g, b)
-        hi = min(T, Lp)
-        if g.causal:
-            hi = min(hi, past + 1)
-        lo = max(0, past - g.window + 1) if g.window >= 0 else 0
+        lo, hi = _decode_keys(g, past, T)
         hi = max(hi, lo)
         kall = dev.array(kc, dtype, (bh + 1) * Lp * D)[bh * Lp * D:].reshape(Lp, D)
         vall = dev.array(vc, dtype, (bh + 1) * Lp * D)[bh * Lp * D:].reshape(Lp, D)

@@ -100,6 +100,15 @@ __device__ __forceinline__ RowLens row_lens(const int* seqlens, const int* total
     return r;
 }
 
+// the keys [lo, hi) the one query of a decode step attends (hi <= lo: none)
+__device__ __forceinline__ void decode_keys(const GqaGeo& g, const RowLens& L, long long& lo,
+                                            long long& hi) {
+    hi = L.total < g.present_len ? L.total : g.present_len;
+    if (g.causal && L.past + 1 < hi) hi = L.past + 1;
+    lo = 0;
+    if (g.window >= 0 && L.past - g.window + 1 > lo) lo = L.past - g.window + 1;
+}
+
 // the cos/sin row of query s of entry b
 __device__ __forceinline__ long long rot_row(const void* pid, const GqaGeo& g, long long b,
                                              long long s, const RowLens& L) {
@@ -601,10 +610,8 @@ __device__ __forceinline__ void gqa_decode(const T* __restrict__ q, const T* __r
     const int rep = (int)(Hq / Hkv);
     const long long b = bh / Hkv, kvh = bh % Hkv;
     const RowLens L = row_lens(seqlens, total, g, b);
-    long long hi = L.total < g.present_len ? L.total : g.present_len;
-    if (g.causal && L.past + 1 < hi) hi = L.past + 1;
-    long long lo = 0;
-    if (g.window >= 0 && L.past - g.window + 1 > lo) lo = L.past - g.window + 1;
+    long long lo, hi;
+    decode_keys(g, L, lo, hi);
     long long start = 0, end = 0;
     if (hi > lo) {
         const long long chunk = (hi - lo + splits - 1) / splits;
@@ -845,10 +852,8 @@ __device__ __forceinline__ void gqa_decode_short(const T* __restrict__ q,
     const int rep = (int)(Hq / Hkv);
     const long long b = bh / Hkv, kvh = bh % Hkv;
     const RowLens L = row_lens(seqlens, total, g, b);
-    long long hi = L.total < g.present_len ? L.total : g.present_len;
-    if (g.causal && L.past + 1 < hi) hi = L.past + 1;
-    long long lo = 0;
-    if (g.window >= 0 && L.past - g.window + 1 > lo) lo = L.past - g.window + 1;
+    long long lo, hi;
+    decode_keys(g, L, lo, hi);
     const int n = hi > lo ? (int)(hi - lo) : 0;   // <= present_len <= GQA_SHORT_KEYS
     const T* kb = kc + (bh * g.present_len + lo) * D;
     const T* vb = vc + (bh * g.present_len + lo) * D;

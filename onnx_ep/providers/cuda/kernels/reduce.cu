@@ -325,14 +325,7 @@ __device__ void arg_rows(const T* __restrict__ x, long long* __restrict__ y, lon
         }
         shv[t] = bv;
         shi[t] = bi;
-        __syncthreads();
-        for (int s = blockDim.x >> 1; s > 0; s >>= 1) {
-            if (t < s && arg_better<MAX>(shv[t], shi[t], shv[t + s], shi[t + s], last)) {
-                shv[t] = shv[t + s];
-                shi[t] = shi[t + s];
-            }
-            __syncthreads();
-        }
+        arg_tree<MAX>(shv, shi, last);
         if (t == 0) y[o] = shi[0];
         __syncthreads();
     }
