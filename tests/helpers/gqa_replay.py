@@ -320,6 +320,22 @@ def gqa_decode(dev: FakeDevice, dtype: Any, head: int, grid: tuple[int, int, int
             _decode_block(dev, dtype, blk, a, g)
 
 
+def _capped_biased(dev: Any, dtype: Any, v: np.ndarray, g: Any, bias: int, b: int,
+                   heads: list[int], ts: np.ndarray) -> np.ndarray:
+    """Scaled scores ``v`` (one row per q head of ``heads``, keys ``ts``) after softcap
+    and attention_bias, in gqa.cu's order."""
+    if g.softcap > 0:
+        v = (np.tanh(v / F32(g.softcap)) * F32(g.softcap)).astype(F32)
+    if bias:
+        B, Hq = int(g.batch), int(g.q_heads)
+        bias_a = dev.array(bias, dtype, (B - 1) * g.bias_sb + (Hq - 1) * g.bias_sh
+                           + g.bias_cols)
+        cols = ts < g.bias_cols
+        for hh, h in enumerate(heads):
+            v[hh, cols] += bias_a[b * g.bias_sb + h * g.bias_sh + ts[cols]].astype(F32)
+    return v
+
+
 def _decode_keys(g: Any, past: int, total: int) -> tuple[int, int]:
     """The keys [lo, hi) a decode step's query attends (gqa.cu decode_keys)."""
     hi = min(total, int(g.present_len))
@@ -357,15 +373,8 @@ def _decode_block(dev, dtype, blk, a, g) -> None:
         qs[hh] = qx.astype(F32)
     kt, vt = kall[start:max(start, end)].astype(F32), vall[start:max(start, end)].astype(F32)
     ts = np.arange(start, max(start, end))
-    v = (kt @ qs.T).T.astype(F32) * F32(g.scale)          # (rep, keys)
-    if g.softcap > 0:
-        v = (np.tanh(v / F32(g.softcap)) * F32(g.softcap)).astype(F32)
-    if bias:
-        bias_a = dev.array(bias, dtype, (B - 1) * g.bias_sb + (Hq - 1) * g.bias_sh
-                           + g.bias_cols)
-        cols = ts < g.bias_cols
-        for hh, h in enumerate(heads):
-            v[hh, cols] += bias_a[b * g.bias_sb + h * g.bias_sh + ts[cols]].astype(F32)
+    v = _capped_biased(dev, dtype, (kt @ qs.T).T.astype(F32) * F32(g.scale), g, bias, b,
+                       heads, ts)                       # (rep, keys)
     M = v.max(axis=1) if v.shape[1] else np.full(rep, NEG, F32)
     p = np.where(M[:, None] == NEG, F32(0), np.exp(v - M[:, None])).astype(F32)
     lsum, o = p.sum(axis=1, dtype=F32), (p @ vt).astype(F32)
@@ -442,14 +451,8 @@ def gqa_decode_short(dev: FakeDevice, dtype: Any, head: int, grid: tuple[int, in
                 sna = dev.array(sn, dtype, int(g.cos_rows * g.rot_half))
                 row = _rot_row(_pids(dev, pid, g), g, b, 0, past, first)
                 qx[:2 * g.rot_half] = _rotated_head(qx, g, csa, sna, row, dtype)[:2 * g.rot_half]
-            v = (kt @ qx.astype(F32)).astype(F32) * F32(g.scale)
-            if g.softcap > 0:
-                v = (np.tanh(v / F32(g.softcap)) * F32(g.softcap)).astype(F32)
-            if bias:
-                bias_a = dev.array(bias, dtype, (B - 1) * g.bias_sb + (Hq - 1) * g.bias_sh
-                                   + g.bias_cols)
-                cols = ts < g.bias_cols
-                v[cols] += bias_a[b * g.bias_sb + h * g.bias_sh + ts[cols]].astype(F32)
+            v = _capped_biased(dev, dtype, (kt @ qx.astype(F32)).astype(F32)[None, :]
+                               * F32(g.scale), g, bias, b, [h], ts)[0]
             sk = (F32(sink_a[h]) if sink_a is not None else F32(0)) if g.has_sink else NEG
             M = max(v.max() if v.size else NEG, sk)
             with np.errstate(invalid="ignore"):
