@@ -139,14 +139,20 @@ class Model:
 
 def with_greedy_output(proto: onnx.ModelProto, logits: str) -> None:
     """Add ``ArgMax(logits, axis=-1, keepdims=0)`` as output :data:`GREEDY_OUTPUT` (in
-    place). Nothing is added when the graph has no such output, or already has the name."""
+    place). Nothing is added when the graph has no such output, already uses the name, or
+    imports an opset before 11 (no negative axis)."""
     g = proto.graph
     opset = max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")),
                 default=0)
-    names = {o.name for o in g.output}
-    if opset < 11 or logits not in names or GREEDY_OUTPUT in names:   # axis -1: opset 11
+    outputs = {o.name for o in g.output}
+    taken = outputs | {i.name for i in g.input} | {t.name for t in g.initializer} | {
+        n for node in g.node for n in node.output}
+    if opset < 11 or logits not in outputs or GREEDY_OUTPUT in taken:   # axis -1: opset 11
         return
     g.node.append(onnx.helper.make_node("ArgMax", [logits], [GREEDY_OUTPUT], axis=-1,
                                         keepdims=0, name=GREEDY_OUTPUT))
+    t = next(o for o in g.output if o.name == logits).type.tensor_type
+    dims = [d.dim_param or (d.dim_value if d.HasField("dim_value") else None)
+            for d in t.shape.dim][:-1] if t.HasField("shape") and t.shape.dim else None
     g.output.append(onnx.helper.make_tensor_value_info(GREEDY_OUTPUT, onnx.TensorProto.INT64,
-                                                       None))
+                                                       dims))

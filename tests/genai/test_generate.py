@@ -206,3 +206,30 @@ def test_model_without_a_greedy_output_chooses_on_the_host(folders, monkeypatch)
     monkeypatch.setattr(genai.Model, "greedy_output", property(lambda self: None))
     assert genai.generate(m, PROMPT, max_new_tokens=10).tokens == expected
     m.close()
+
+
+def test_the_greedy_output_is_added_only_where_it_fits():
+    import onnx
+    from onnx import TensorProto, helper
+
+    from onnx_ep.genai.model import with_greedy_output
+
+    def graph(opset, out="logits", extra=()):
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 8])
+        y = helper.make_tensor_value_info(out, TensorProto.FLOAT, [1, 1, 8])
+        nodes = [helper.make_node("Relu", ["x"], [out]), *extra]
+        return helper.make_model(helper.make_graph(nodes, "g", [x], [y]),
+                                 opset_imports=[helper.make_opsetid("", opset)])
+
+    m = graph(17)
+    with_greedy_output(m, "logits")
+    assert [o.name for o in m.graph.output] == ["logits", GREEDY_OUTPUT]
+    assert m.graph.node[-1].op_type == "ArgMax"
+    onnx.checker.check_model(m)
+    with_greedy_output(m, "logits")                       # once only
+    assert len(m.graph.output) == 2
+    for m in (graph(10), graph(17, out="scores"),
+              graph(17, extra=[helper.make_node("Neg", ["x"], [GREEDY_OUTPUT])])):
+        before = len(m.graph.node)
+        with_greedy_output(m, "logits")
+        assert len(m.graph.node) == before and len(m.graph.output) == 1
