@@ -28,6 +28,7 @@ The loop has onnxruntime-genai's shape and rules (docs/GENAI.md)::
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -297,4 +298,10 @@ class Generator:
 
 def _signature(bound: dict[str, Any]) -> str:
     """Input names, dtypes and shapes of a run, as one string."""
-    return ", ".join(f"{n}:{np.dtype(v.dtype)}{list(v.shape)}" for n, v in bound.items())
+    return _signature_text(tuple((n, v.dtype, tuple(v.shape)) for n, v in bound.items()))
+
+
+@functools.lru_cache(maxsize=64)
+def _signature_text(key: tuple[tuple[str, Any, tuple[int, ...]], ...]) -> str:
+    # formatting dtypes costs more than hashing them, and decode steps repeat one key
+    return ", ".join(f"{n}:{np.dtype(dt)}{list(shape)}" for n, dt, shape in key)
