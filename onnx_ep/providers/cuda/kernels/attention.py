@@ -369,12 +369,7 @@ class Attention(CudaKernel):
                          (nsh, I64), (nss, I64)], ctx.stream)
         if y is None or dims.rows == 0:
             return
-        ws_ptr = 0
-        if plan.workspace_bytes:
-            if workspace is None:
-                raise self.fail(ctx, f"needs {plan.workspace_bytes} workspace bytes but got none")
-            workspace.require(plan.workspace_bytes)
-            ws_ptr = int(workspace.buffer.ptr)
+        ws_ptr = self.workspace_ptr(ctx, workspace, plan.workspace_bytes)
         g = self._geo(node, dims, q.dtype, mask, m_strides, qk is not None)
         bits = compute.itemsize * 8
         self.launch(self.function(f"attention_{sfx}_c{bits}", q), (plan.grid, 1, 1),

@@ -379,6 +379,20 @@ class CudaKernel:
         """The :exc:`NodeError` to raise for the node ``ctx`` runs."""
         return NodeError(f"(cuda) {message}", node=ctx.node.name, op_type=ctx.node.op_type)
 
+    def workspace_ptr(self, ctx: ExecutionContext, workspace: Any, nbytes: int) -> int:
+        """The device address of the step's workspace holding ``nbytes`` (0 when none is
+        needed).
+
+        :raises NodeError: the plan reserved no workspace; :exc:`WorkspaceTooSmall` when it
+            reserved fewer bytes (workspace_requirement sized through another formula).
+        """
+        if not nbytes:
+            return 0
+        if workspace is None:
+            raise self.fail(ctx, f"needs {nbytes} workspace bytes but got none")
+        workspace.require(nbytes)
+        return int(workspace.buffer.ptr)
+
 
 class FloatKernel(CudaKernel):
     """Base of the float32 / float16 / bfloat16 families: set ``key``, optionally

@@ -442,12 +442,7 @@ class MultiHeadAttention(CudaKernel):
         rows = d.batch * d.heads * d.q_len
         if y is None or rows == 0:
             return
-        ws_ptr = 0
-        if plan.workspace_bytes:
-            if workspace is None:
-                raise self.fail(ctx, f"needs {plan.workspace_bytes} workspace bytes but got none")
-            workspace.require(plan.workspace_bytes)
-            ws_ptr = int(workspace.buffer.ptr)
+        ws_ptr = self.workspace_ptr(ctx, workspace, plan.workspace_bytes)
         self.launch(self.function(f"mha_{sfx}", q), (plan.grid, 1, 1), (MHA_BLOCK, 1, 1),
                     [(q.ptr, PTR), (k.ptr, PTR), (v.ptr, PTR), (_ptr(bias), PTR),
                      (_ptr(pad), PTR), (_ptr(ab), PTR), (_ptr(pk), PTR), (_ptr(pv), PTR),

@@ -238,12 +238,7 @@ class Conv(_GeometryKernel):
         if y.nbytes == 0:
             return
         layout = _sizes(g)
-        ws_ptr = 0
-        if layout.nbytes:
-            if workspace is None:
-                raise self.fail(ctx, f"needs {layout.nbytes} workspace bytes but got none")
-            workspace.require(layout.nbytes)
-            ws_ptr = int(workspace.buffer.ptr)
+        ws_ptr = self.workspace_ptr(ctx, workspace, layout.nbytes)
         stream, isz = ctx.stream, g.itemsize
         if g.c * g.kh * g.kw == 0:
             copies.memset_d8(y.ptr, 0, y.nbytes, stream)   # an empty sum

@@ -372,12 +372,7 @@ class GroupQueryAttention(CudaKernel):
         if in_place != (ov is not None and pv is not None and ov.ptr == pv.ptr):
             raise self.fail(ctx, "present_key and present_value must both share their past "
                                  "buffers, or neither")
-        ws = 0
-        if plan.workspace_bytes:
-            if workspace is None:
-                raise self.fail(ctx, f"needs {plan.workspace_bytes} workspace bytes, got none")
-            workspace.require(plan.workspace_bytes)
-            ws = int(workspace.buffer.ptr)
+        ws = self.workspace_ptr(ctx, workspace, plan.workspace_bytes)
         pk_out = ok.ptr if ok is not None else ws
         pv_out = ov.ptr if ov is not None else ws + _align(plan.scratch_bytes)
         # the decode kernel loads K/V rows in 16-byte vectors

@@ -112,14 +112,8 @@ class Loss(CudaKernel):
         if weight is not None and weight.size != c:
             raise self.fail(ctx, f"weight has {weight.size} elements, expected C={c}")
         m = n * d
-        ws = 0
-        if reduction != "none":
-            need = workspace_bytes(tuple(x.shape), reduction)
-            if need:
-                if workspace is None:
-                    raise self.fail(ctx, f"needs {need} workspace bytes but got none")
-                workspace.require(need)
-                ws = int(workspace.buffer.ptr)
+        ws = (self.workspace_ptr(ctx, workspace, workspace_bytes(tuple(x.shape), reduction))
+              if reduction != "none" else 0)
         ignore = ctx.node.attr("ignore_index")
         sfx = f"{suffix(x.dtype)}_{suffix(target.dtype)}"
         args: list[tuple[Any, Any]] = [

@@ -270,10 +270,7 @@ class DynamicQuantizeLinear(CudaKernel):
     def execute_with_workspace(self, ctx, inputs, outputs, workspace) -> None:
         x = inputs[0]
         y, scale, zp = outputs
-        if workspace is None:
-            raise self.fail(ctx, "needs its 4-byte workspace")
-        workspace.require(self.WORKSPACE)
-        zp_f = int(workspace.buffer.ptr)
+        zp_f = self.workspace_ptr(ctx, workspace, self.WORKSPACE)
         n = prod(x.shape)
         self.launch(self.function("dql_range", y), (1, 1, 1), (BLOCK, 1, 1),
                     [(int(x.ptr), PTR), (n, I64), (int(scale.ptr), PTR), (int(zp.ptr), PTR),
