@@ -12,11 +12,11 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from onnx_ep.core.kernel import CaptureSupport, ExecutionContext, NodeMeta, TensorSpec
+from onnx_ep.core.kernel import CaptureSupport, NodeMeta, TensorSpec
 from onnx_ep.errors import NodeError
 from onnx_ep.providers.cuda.kernels import contrib_attention as ca
 from onnx_ep.providers.cuda.kernels.base import I64, PTR, suffix
-from tests.helpers.host_tensor import HostTensor
+from tests.helpers.host_tensor import HostTensor, recorded_launches, specs_of
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 F16, F32 = np.dtype(np.float16), np.dtype(np.float32)
@@ -157,15 +157,8 @@ class _Workspace:
 
 def _run(op, inputs, outputs, monkeypatch, workspace=None, **attrs):
     """Execute the bound kernel with launches recorded instead of made."""
-    meta = _meta(op, [TensorSpec(t.dtype, t.shape) if t is not None else None
-                      for t in inputs], len(outputs), **attrs)
-    bound = K[op].bind(meta)
-    calls = []
-    monkeypatch.setattr(bound, "function", lambda symbol, tensor: symbol)
-    monkeypatch.setattr(bound, "launch", lambda fn, grid, block, args, stream, shared_bytes=0:
-                        calls.append((fn, grid, block, args, shared_bytes)))
-    bound.execute_with_workspace(ExecutionContext(meta), inputs, outputs, workspace)
-    return calls
+    meta = _meta(op, specs_of(inputs), len(outputs), **attrs)
+    return recorded_launches(K[op], meta, inputs, outputs, monkeypatch, workspace)
 
 
 def test_rope_launch_reads_positions_on_the_device(monkeypatch):

@@ -15,7 +15,7 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
-from tests.helpers.cuda_family import FLOATS, check, model, random
+from tests.helpers.cuda_family import FLOATS, check, check_replays_match_eager, model, random
 from tests.helpers.oracle import ORACLE_IR_VERSION
 
 pytestmark = pytest.mark.cuda
@@ -149,18 +149,6 @@ def _eager():
 
 @pytest.mark.parametrize("dtype", DT, ids=IDS)
 def test_captured_replays_equal_eager_runs_bit_for_bit(cuda_device, dtype):
-    from onnx_ep import Session, SessionOptions
-
     x, skip = _data((8, 896), dtype, seed=20), random((8, 896), dtype, seed=21)
     m = _skip(x, skip, random((896,), dtype, seed=22), random((896,), dtype, seed=23))
-    feeds = {"x": x, "skip": skip}
-    sess = Session(m, providers=["cuda"], options=SessionOptions(capture="require"))
-    try:
-        eager = sess.run(None, feeds, _eager())
-        for _ in range(3):
-            replay = sess.run(None, feeds)
-            for a, b in zip(replay, eager):
-                assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
-        assert sum(p["replays"] for p in sess.capture_report()["plans"]) >= 1
-    finally:
-        sess.close()
+    check_replays_match_eager(m, {"x": x, "skip": skip})

@@ -12,13 +12,13 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from onnx_ep.core.kernel import CaptureSupport, ExecutionContext, NodeMeta, TensorSpec
+from onnx_ep.core.kernel import CaptureSupport, NodeMeta, TensorSpec
 from onnx_ep.errors import NodeError
 from onnx_ep.providers.cuda.kernels import normalization as norm
 from onnx_ep.providers.cuda.kernels.base import F32, PTR, suffix
 from onnx_ep.providers.cuda.kernels.softmax import NORM_PARITY
 from onnx_ep.testing.ulp import judge
-from tests.helpers.host_tensor import HostTensor
+from tests.helpers.host_tensor import HostTensor, recorded_launches, specs_of
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 F16 = np.dtype(np.float16)
@@ -165,15 +165,8 @@ def test_infer_outputs():
 
 def _run(op, inputs, outputs, monkeypatch, **attrs):
     """Execute the bound kernel with launches recorded instead of made."""
-    meta = _meta(op, [TensorSpec(t.dtype, t.shape) if t is not None else None
-                      for t in inputs], len(outputs), **attrs)
-    bound = K[op].bind(meta)
-    calls = []
-    monkeypatch.setattr(bound, "function", lambda symbol, tensor: symbol)
-    monkeypatch.setattr(bound, "launch", lambda fn, grid, block, args, stream, shared_bytes=0:
-                        calls.append((fn, grid, block, args)))
-    bound.execute_with_workspace(ExecutionContext(meta), inputs, outputs, None)
-    return calls
+    meta = _meta(op, specs_of(inputs), len(outputs), **attrs)
+    return [c[:4] for c in recorded_launches(K[op], meta, inputs, outputs, monkeypatch)]
 
 
 def test_simplified_launches_once_with_16_byte_packs(monkeypatch):

@@ -13,14 +13,14 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from onnx_ep.core.kernel import CaptureSupport, ExecutionContext, NodeMeta, TensorSpec
+from onnx_ep.core.kernel import CaptureSupport, NodeMeta, TensorSpec
 from onnx_ep.errors import NodeError
 from onnx_ep.providers.cuda.kernels import contrib_attention as ca
 from onnx_ep.providers.cuda.kernels import normalization as norm
 from onnx_ep.providers.cuda.kernels.base import F32, I64, PTR, suffix
 from onnx_ep.providers.cuda.kernels.softmax import NORM_PARITY
 from onnx_ep.testing.ulp import judge
-from tests.helpers.host_tensor import HostTensor
+from tests.helpers.host_tensor import HostTensor, recorded_launches, specs_of
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 F16, FLOAT32 = np.dtype(np.float16), np.dtype(np.float32)
@@ -99,15 +99,8 @@ def test_infer_outputs():
 
 
 def _run(inputs, outputs, monkeypatch, **attrs):
-    meta = _meta([TensorSpec(t.dtype, t.shape) if t is not None else None for t in inputs],
-                 len(outputs), **attrs)
-    bound = K.bind(meta)
-    calls = []
-    monkeypatch.setattr(bound, "function", lambda symbol, tensor: symbol)
-    monkeypatch.setattr(bound, "launch", lambda fn, grid, block, args, stream, shared_bytes=0:
-                        calls.append((fn, grid, block, args)))
-    bound.execute_with_workspace(ExecutionContext(meta), inputs, outputs, None)
-    return calls
+    meta = _meta(specs_of(inputs), len(outputs), **attrs)
+    return [c[:4] for c in recorded_launches(K, meta, inputs, outputs, monkeypatch)]
 
 
 def test_launch_with_beta_bias_and_broadcast_skip(monkeypatch):
