@@ -211,6 +211,28 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
+// One warp combines a row's split results (max, sum) at ml[k * stride], k < splits: w[k] =
+// exp(m_k - M) in split order, *lsum = the row's denominator (plus the sink's term; sk is
+// -inf without one)
+__device__ __forceinline__ void split_weights(const float* ml, long long stride,
+                                              long long splits, float sk, bool has_sink,
+                                              float* w, float* lsum) {
+    const float NEG = -inf32();
+    const int lane = threadIdx.x & 31;
+    float M = sk;
+    for (long long k = lane; k < splits; k += 32) M = fmaxf(M, __ldcg(ml + k * stride));
+    M = warp_max(M);
+    float part = 0.0f;
+    for (long long k = lane; k < splits; k += 32) {
+        const float mk = __ldcg(ml + k * stride);
+        const float e = (M == NEG || mk == NEG) ? 0.0f : expf(mk - M);
+        w[k] = e;
+        part += __ldcg(ml + k * stride + 1) * e;
+    }
+    const float l = warp_sum(part);
+    if (lane == 0) *lsum = l + (has_sink && M != NEG ? expf(sk - M) : 0.0f);
+}
+
 // NS: output channels per lane (DMAX = 32 * NS); TK: keys per shared tile; RPW: rows per warp
 template <class T, int NS, int TK, int RPW>
 __device__ __forceinline__ void gqa_attend(const T* __restrict__ q, const T* __restrict__ kc,
@@ -450,20 +472,8 @@ __device__ __forceinline__ void gqa_attend(const T* __restrict__ q, const T* __r
         if (!valid[i]) continue;
         const int lr = warp + GQA_WARPS * i;
         const float sk = g.has_sink ? (sink ? to_f32(sink[h_r[i]]) : 0.0f) : NEG;
-        float M = sk;
-        for (long long k = lane; k < splits; k += 32)
-            M = fmaxf(M, __ldcg(wml + ((grp * splits + k) * ROWS + lr) * 2));
-        M = warp_max(M);
-        float part = 0.0f;
-        for (long long k = lane; k < splits; k += 32) {
-            const float* ml = wml + ((grp * splits + k) * ROWS + lr) * 2;
-            const float mk = __ldcg(ml);
-            const float e = (M == NEG || mk == NEG) ? 0.0f : expf(mk - M);
-            wsh[lr * GQA_MAX_SPLITS + k] = e;
-            part += __ldcg(ml + 1) * e;
-        }
-        const float lsum = warp_sum(part);
-        if (lane == 0) lsh[lr] = lsum + (g.has_sink && M != NEG ? expf(sk - M) : 0.0f);
+        split_weights(wml + (grp * splits * ROWS + lr) * 2, (long long)ROWS * 2, splits, sk,
+                      g.has_sink, wsh + lr * GQA_MAX_SPLITS, lsh + lr);
     }
     __syncthreads();
     for (int idx = tid; idx < ROWS * D; idx += GQA_THREADS) {
@@ -756,20 +766,8 @@ __device__ __forceinline__ void gqa_decode(const T* __restrict__ q, const T* __r
     // weights exp(m_k - M) of each split, in split order, and each head's denominator
     for (int h = warp; h < rep; h += GQA_WARPS) {
         const float sk = g.has_sink ? (sink ? to_f32(sink[kvh * rep + h]) : 0.0f) : NEG;
-        float M = sk;
-        for (long long k = lane; k < splits; k += 32)
-            M = fmaxf(M, __ldcg(wml + ((bh * splits + k) * rep + h) * 2));
-        M = warp_max(M);
-        float part = 0.0f;
-        for (long long k = lane; k < splits; k += 32) {
-            const float* ml = wml + ((bh * splits + k) * rep + h) * 2;
-            const float mk = __ldcg(ml);
-            const float e = (M == NEG || mk == NEG) ? 0.0f : expf(mk - M);
-            wsh[h * GQA_DEC_MAX_SPLITS + k] = e;
-            part += __ldcg(ml + 1) * e;
-        }
-        const float lsum = warp_sum(part);
-        if (lane == 0) lsh[h] = lsum + (g.has_sink && M != NEG ? expf(sk - M) : 0.0f);
+        split_weights(wml + (bh * splits * rep + h) * 2, (long long)rep * 2, splits, sk,
+                      g.has_sink, wsh + h * GQA_DEC_MAX_SPLITS, lsh + h);
     }
     __syncthreads();
     constexpr int D4 = D / 4;
