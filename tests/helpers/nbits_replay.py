@@ -102,7 +102,7 @@ def zero_point_model(mem, zp_ptr, g, bits, dtype, blk):
 
 
 def gemv_model(mem, sym, args, shared):
-    bits, rows, dtype = int(sym.split("_")[2][1:]), int(sym.split("_")[3][1:]), \
+    bits, rows, dtype = int(sym.split("_")[2][1:]), int(sym.split("_")[3][1:].split("r")[0]), \
         SFX[sym.split("_")[4]]
     a_ptr, b_ptr, s_ptr, zp_ptr, bias_ptr, y_ptr = (int(v) for v, _ in args[:6])
     g = args[6][0]

@@ -94,12 +94,33 @@ def test_k_far_below_the_last_block(cuda_device, dtype, k, block, bits, m):
     _check(case)
 
 
-@pytest.mark.parametrize("k,n", [(896, 4864), (4864, 896), (896, 1152), (896, 40000)],
-                         ids=["up", "down", "qkv", "wide"])
-def test_qwen_decode_shapes(cuda_device, k, n):
-    """The projections of a decode step; "wide" (an lm_head's grid-stride loop, at a quarter
-    of its N: the reference holds the float64 weights) launches more rows than blocks."""
-    case = NBitsCase(k=k, n=n, block=32, a_shape=(1, 1, k), dtype=np.float16, seed=k + n)
+@pytest.mark.parametrize("k,n,bits", [(896, 4864, 4), (4864, 896, 4), (896, 1152, 4),
+                                      (896, 40000, 4), (20480, 19, 8)],
+                         ids=["up", "down", "qkv", "wide", "long"])
+def test_qwen_decode_shapes(cuda_device, k, n, bits):
+    """The projections of a decode step; "wide" (an lm_head at a quarter of its N: the
+    reference holds the float64 weights) takes 4 rows of B a thread; "long" rows take two
+    passes of 4 chunks a thread."""
+    case = NBitsCase(k=k, n=n, block=32, bits=bits, a_shape=(1, 1, k), dtype=np.float16,
+                     seed=k + n)
+    g = nb.gemv_geometry(nb.nbits_plan(_meta(case)), 1)
+    assert (g.rb, -(-g.chunks // (g.tpr * g.cpt))) == {
+        40000: (nb.GEMV_RB, 1), 19: (1, 2)}.get(n, (1, 1))
+    _check(case)
+
+
+@pytest.mark.parametrize("dtype", DT, ids=IDS)
+@pytest.mark.parametrize("bits,block", [(4, 32), (8, 64), (2, 128), (4, 16)])
+@pytest.mark.parametrize("zp", [None, "packed", "typed"])
+def test_several_rows_of_b_a_thread(cuda_device, monkeypatch, dtype, bits, block, zp):
+    """The LM head's kernel (4 rows of B a thread) on every option, forced on a small N
+    whose last block holds rows past N in some of its threads' rows; block 16 reads a
+    second scale and zero point inside a chunk."""
+    monkeypatch.setattr(nb, "GEMV_TARGET_THREADS", 1)
+    case = NBitsCase(k=320, n=77, block=block, bits=bits, a_shape=(1, 320), dtype=dtype,
+                     zp=zp, bias=True, seed=bits + block)
+    g = nb.gemv_geometry(nb.nbits_plan(_meta(case)), 1)
+    assert g is not None and g.rb == nb.GEMV_RB and case.n % (g.threads // g.tpr * g.rb)
     _check(case)
 
 
@@ -146,7 +167,7 @@ def test_a_decode_step_is_one_gemv_launch(cuda_device, monkeypatch):
         sess.run(None, case.feeds, _eager())
     finally:
         sess.close()
-    assert launched == [("nbits_gemv_b4_m1_f16", (304, 1, 1), (256, 1, 1), 4256)]
+    assert launched == [("nbits_gemv_b4_m1r1_f16", (304, 1, 1), (256, 1, 1), 4256)]
 
 
 @needs_nvmath

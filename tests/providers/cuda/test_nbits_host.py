@@ -90,11 +90,11 @@ def _symbols() -> set[str]:
     types = re.findall(r"^EP_NB\((\w+), (\w+)\)$", src, re.M)
     bits = re.findall(r"EP_NB_BITS\(T, S, (\d+)\)", re.search(r"#define EP_NB\(T, S\).*",
                                                               src).group(0))
-    rows = re.findall(r"EP_NB_GEMV\(T, S, BITS, (\d+), \d+\)", src)
+    rows = re.findall(r"EP_NB_GEMV\(T, S, BITS, (\d+), (\d+), (\d+), \d+\)", src)
     for _, s in types:
         for b in bits:
             names.add(f"nbits_dequant_b{b}_{s}")
-            names |= {f"nbits_gemv_b{b}_m{r}_{s}" for r in rows}
+            names |= {f"nbits_gemv_b{b}_m{r}r{rb}_{s}" for r, rb, _ in rows}
     outs = re.findall(r"EP_GBQ\(DS, IT, IS, \w+, (\w+)\)", src)
     idx = re.findall(r"EP_GBQ_T\(DS, [\w ]+, (\w+)\)", src)
     for ds in re.findall(r"^EP_GBQ_I\((\w+)\)$", src, re.M):
@@ -107,14 +107,23 @@ def test_every_symbol_the_host_can_pick_is_instantiated():
     for dtype in nb.NBITS_FLOATS:
         for bits in nb.NBITS_BITS:
             assert f"nbits_dequant_b{bits}_{suffix(dtype)}" in built
-            for rows in nb.GEMV_ROWS:
-                assert f"nbits_gemv_b{bits}_m{rows}_{suffix(dtype)}" in built
+            for rows, rb in nb.GEMV_MAXU:
+                assert f"nbits_gemv_b{bits}_m{rows}r{rb}_{suffix(dtype)}" in built
         assert f"nbits_scatter_b{8 * dtype.itemsize}" in built
     for data, (part, _) in gq.DATA.items():
         for i in gq.INDICES:
             for o in gq.OUTPUTS:
                 assert f"gbq_{part}_{suffix(i)}_{suffix(o)}" in built
-    assert {"nbits_gemv_b4_m1_f16", "gbq_u8_i64_f32", "nbits_scatter_b16"} <= built
+    assert {"nbits_gemv_b4_m1r1_f16", "gbq_u8_i64_f32", "nbits_scatter_b16"} <= built
+    assert {rows for rows, _ in nb.GEMV_MAXU} == set(nb.GEMV_ROWS)
+
+
+def test_each_gemv_kernel_holds_the_chunks_the_host_plans():
+    """MAXU of every instantiation is what the host's GEMV_MAXU says (cpt never exceeds it)."""
+    src = (Path(nb.__file__).parent / "nbits.cu").read_text()
+    built = {(int(r), int(rb)): int(u) for r, rb, u in
+             re.findall(r"EP_NB_GEMV\(T, S, BITS, (\d+), (\d+), (\d+), \d+\)", src)}
+    assert built == nb.GEMV_MAXU
 
 
 def test_struct_layouts_match_the_source():
@@ -158,19 +167,26 @@ def test_attribute_checks_match_the_reference(attrs):
 
 
 @pytest.mark.parametrize("k,n,m,want", [
-    # Qwen2.5-0.5B decode: up/gate, down, qkv, lm_head
-    (896, 4864, 1, (1, 16, 28, (304, 1, 1), 256, 4256)),
-    (4864, 896, 1, (1, 128, 152, (448, 1, 1), 256, 23104)),
-    (896, 1152, 1, (1, 16, 28, (288, 1, 1), 64, 4256)),
-    (896, 151936, 1, (1, 16, 28, (nb.GEMV_MAX_BLOCKS, 1, 1), 256, 4256)),
-    (896, 4864, 3, (4, 16, 28, (304, 1, 1), 256, 12768)),
-    (896, 4864, 8, (8, 16, 28, (304, 1, 1), 256, 34048)),
-    (4864, 896, 3, (4, 128, 152, (448, 1, 1), 256, 69312)),
+    # Qwen2.5-0.5B decode: up/gate, down, qkv, lm_head (4 rows of B a thread)
+    (896, 4864, 1, (1, 1, 16, 2, 28, (304, 1, 1), 256, 4256)),
+    (4864, 896, 1, (1, 1, 128, 2, 152, (448, 1, 1), 256, 23104)),
+    (896, 1152, 1, (1, 1, 16, 2, 28, (288, 1, 1), 64, 4256)),
+    (896, 151936, 1, (1, 4, 16, 2, 28, (2374, 1, 1), 256, 4256)),
+    (896, 4864, 3, (4, 1, 16, 2, 28, (304, 1, 1), 256, 12768)),
+    (896, 4864, 8, (8, 1, 16, 2, 28, (304, 1, 1), 256, 34048)),
+    (4864, 896, 3, (4, 1, 128, 2, 152, (448, 1, 1), 256, 69312)),
 ])
 def test_gemv_geometry_of_decode_shapes(k, n, m, want):
     g = nb.gemv_geometry(_plan(k, n), m)
-    assert (g.rows, g.tpr, g.chunks, g.grid, g.threads, g.shared_bytes) == want
+    assert (g.rows, g.rb, g.tpr, g.cpt, g.chunks, g.grid, g.threads, g.shared_bytes) == want
     assert g.block == (g.threads, 1, 1) and g.threads % g.tpr == 0
+
+
+def test_gemv_geometry_of_rows_longer_than_a_block_holds_at_once():
+    # 8-bit K = 20480: 1280 chunks, 256 threads of 5 each, held 4 at a time: two passes
+    g = nb.gemv_geometry(_plan(20480, 64, 32, 8), 1)
+    assert (g.rb, g.tpr, g.cpt, g.chunks, g.threads) == (1, 256, 4, 1280, 256)
+    assert nb.gemv_geometry(_plan(20480, 64, 32, 8), 2) is None     # A too large to stage
 
 
 @pytest.mark.parametrize("k,n,block,bits,m,why", [
@@ -199,6 +215,12 @@ def test_gemv_threads_per_row_and_blocks_stay_in_range():
                 assert nb.GEMV_MIN_THREADS <= g.threads <= nb.GEMV_THREADS
                 assert 1 <= g.grid[0] <= nb.GEMV_MAX_BLOCKS
                 assert g.chunks * 16 == nb.row_bytes(plan)
+                assert 1 <= g.cpt <= nb.GEMV_MAXU[(g.rows, g.rb)]
+                # every chunk of a row is some thread's in some pass
+                assert g.tpr * g.cpt * -(-g.chunks // (g.tpr * g.cpt)) >= g.chunks
+                # a block covers rows; the grid, or its grid-stride loop, covers N
+                assert g.grid[0] == min(nb.GEMV_MAX_BLOCKS,
+                                        -(-n // (g.threads // g.tpr * g.rb)))
 
 
 def test_gemm_route_layout():
@@ -441,10 +463,10 @@ def test_decode_shape_takes_one_gemv_launch(monkeypatch):
     case = NBitsCase(k=896, n=1152, block=32, a_shape=(1, 1, 896), dtype=F16, seed=9)
     calls = _check_mnb(case, monkeypatch, "gemv")
     sym, grid, block, args, shared = calls[0]
-    assert sym == "nbits_gemv_b4_m1_f16" and grid == (288, 1, 1) and block == (64, 1, 1)
+    assert sym == "nbits_gemv_b4_m1r1_f16" and grid == (288, 1, 1) and block == (64, 1, 1)
     g = args[6][0]
     assert (g.n, g.k, g.padded_k, g.m, g.n_blocks, g.log2_block, g.row_bytes, g.chunks,
-            g.tpr, g.zp_mode) == (1152, 896, 896, 1, 28, 5, 448, 28, 16, 0)
+            g.tpr, g.cpt, g.zp_mode) == (1152, 896, 896, 1, 28, 5, 448, 28, 16, 2, 0)
     assert args[4][0] == 0 and args[3][0] == 0     # no bias, no zero points
 
 

@@ -7,11 +7,12 @@
 // T (T is A's type, also the scales' and the bias'). Codes past K (the last block's padding)
 // are never used.
 //
-// - nbits_gemv_b<BITS>_m<MAXM>_<T>: Y = A W^T (+ bias) for M <= MAXM rows of A (decode).
+// - nbits_gemv_b<BITS>_m<MAXM>r<RB>_<T>: Y = A W^T (+ bias) for M <= MAXM rows of A (decode).
 //   Reads B in its stored layout, 16 bytes a load (the host takes this route only for rows of
 //   whole 16-byte chunks, and B 16-byte aligned): tpr threads per output row n (8..256, a
-//   power of two), thread t takes the row's 16-byte chunks t, t + tpr, ... (two loads in
-//   flight for one row of A, one for more).
+//   power of two), thread t takes the row's 16-byte chunks t, t + tpr, ..., cpt of them a
+//   pass, for RB rows of B at once (RB 4 for one row of A and many rows of B: the LM head),
+//   all loaded before any is used.
 //   A is staged in shared memory as float (zero past K), with the sum of each 16 of its
 //   values. Each 16-code group lies in one quantization block (block_size is a power of two
 //   >= 16): its codes become exact floats by the magic-number trick (byte | 0x4B000000 is
@@ -34,8 +35,6 @@ using namespace ep;
 
 // the most threads of a gemv block (the host launches 64, 128 or 256)
 #define NB_THREADS 256
-// chunks a thread loads before it uses them (one row of A; one chunk for more rows)
-#define NB_UNROLL 2
 
 // one MatMulNBits call's geometry (Python: nbits.NbGeo); by value
 struct NbGeo {
@@ -48,6 +47,7 @@ struct NbGeo {
     int row_bytes;     // bytes of a row of B
     int chunks;        // row_bytes / chunk bytes (gemv)
     int tpr;           // threads per output row (gemv)
+    int cpt;           // chunks a thread loads per pass (gemv; at most the kernel's MAXU)
     int zp_mode;       // 0 none, 1 packed uint8, 2 of T
     int zp_row_bytes;  // bytes of a row of packed zero points
 };
@@ -156,98 +156,42 @@ template <int BITS> struct Chunk {
     }
 };
 
-// acc[m] += scale * sum over a block's codes of the chunk of A[m, k] * (code - zp). The zero
-// point splits into its integer part zi, subtracted from each code exactly, and a fraction
-// (only a zero point of T has one), applied once per group through the group's sum of A,
-// asum. A chunk inside one block (one_block: block_size >= its codes) reads one scale and
-// zero point.
-template <class T, int BITS, int MAXM>
-__device__ __forceinline__ void gemv_chunk(const Chunk<BITS>& ch, int c, long long n,
-                                           const float* __restrict__ as,
-                                           const float* __restrict__ asum,
-                                           const T* __restrict__ scales,
-                                           const void* __restrict__ zp, const NbGeo& g,
-                                           bool one_block, float s_first,
-                                           float (&acc)[MAXM]) {
-    constexpr int CODES = Chunk<BITS>::CODES;
-    if (c * CODES >= g.k) return;   // all padding (K far below the last block's end)
-    float s = 0.0f, zb = 0.0f, zf = 0.0f;
-    float pa[MAXM], pb[MAXM];
+// A [m, K] into shared memory as float, zero past K. Every load of a batch is in flight
+// before any store (K / blockDim loads one after the other would cost a memory latency
+// each); rows of whole, aligned 16-byte vectors are read 16 bytes a load, so a row of
+// thousands of values is one batch.
+template <class T>
+__device__ __forceinline__ void stage_a(const T* __restrict__ a, float* __restrict__ as,
+                                        const NbGeo& g) {
+    constexpr int V = 16 / sizeof(T), APER = 8;
+    const int stride = a_stride(g);
+    if ((reinterpret_cast<size_t>(a) & 15) == 0 && g.k % V == 0) {
+        const int per_row = g.padded_k / V, total = g.m * per_row;   // padded_k % 16 == 0
+        for (int i0 = threadIdx.x; i0 < total; i0 += APER * blockDim.x) {
+            uint4 v[APER];
 #pragma unroll
-    for (int gi = 0; gi < Chunk<BITS>::GROUPS; ++gi) {
-        const int k = c * CODES + gi * 16;
-        if (k >= g.k) break;   // the last block's padding
-        if (gi == 0 || !one_block) {
-            if (gi > 0) {
-#pragma unroll
-                for (int m = 0; m < MAXM; ++m) acc[m] = fmaf(pa[m] + pb[m], s, acc[m]);
+            for (int u = 0; u < APER; ++u) {
+                const int i = i0 + u * blockDim.x, k = (i % per_row) * V;
+                v[u] = make_uint4(0, 0, 0, 0);
+                if (i < total && k < g.k)
+                    v[u] = __ldg(reinterpret_cast<const uint4*>(a + (long long)(i / per_row)
+                                                                * g.k + k));
             }
-            const int blk = k >> g.log2_block;
-            s = gi == 0 ? s_first : to_f32(__ldg(scales + n * g.n_blocks + blk));
-            const float z = zero_point<T, BITS>(zp, g, n, blk);
-            const float zi = rintf(z);
-            zb = 8388608.0f + zi;
-            zf = zi - z;
 #pragma unroll
-            for (int m = 0; m < MAXM; ++m) pa[m] = pb[m] = 0.0f;
-        }
-        float q[16];
-        group_codes<BITS>(&ch.w[gi * BITS / 2], q);
+            for (int u = 0; u < APER; ++u) {
+                const int i = i0 + u * blockDim.x, k = (i % per_row) * V;
+                if (i >= total) break;
+                const T* x = reinterpret_cast<const T*>(&v[u]);
+                // V values from k (a multiple of V) never cross apad's 32-value rows
+                float4* dst = reinterpret_cast<float4*>(as + (i / per_row) * stride + apad(k));
 #pragma unroll
-        for (int j = 0; j < 16; ++j) q[j] = q[j] - zb;
-#pragma unroll
-        for (int m = 0; m < MAXM; ++m) {
-            if (m >= g.m) break;
-            const float4* p = reinterpret_cast<const float4*>(as + m * a_stride(g) + apad(k));
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const float4 x = p[i];
-                pa[m] = fmaf(x.x, q[4 * i], pa[m]);
-                pb[m] = fmaf(x.y, q[4 * i + 1], pb[m]);
-                pa[m] = fmaf(x.z, q[4 * i + 2], pa[m]);
-                pb[m] = fmaf(x.w, q[4 * i + 3], pb[m]);
+                for (int j = 0; j < V / 4; ++j)
+                    dst[j] = make_float4(to_f32(x[4 * j]), to_f32(x[4 * j + 1]),
+                                         to_f32(x[4 * j + 2]), to_f32(x[4 * j + 3]));
             }
-            // only a zero point of T has a fraction (0 * an infinite sum of A would be NaN)
-            if (g.zp_mode == 2) pb[m] = fmaf(zf, asum[m * (g.padded_k >> 4) + (k >> 4)], pb[m]);
         }
+        return;
     }
-#pragma unroll
-    for (int m = 0; m < MAXM; ++m) acc[m] = fmaf(pa[m] + pb[m], s, acc[m]);
-}
-
-template <class T, int BITS, int MAXM>
-__device__ void nbits_gemv(const T* __restrict__ a, const u8* __restrict__ b,
-                           const T* __restrict__ scales, const void* __restrict__ zp,
-                           const T* __restrict__ bias, T* __restrict__ y, NbGeo g) {
-    extern __shared__ float4 nb_smem[];
-    __shared__ float red[NB_THREADS / 32][MAXM];
-    float* as = reinterpret_cast<float*>(nb_smem);
-    const int groups = g.padded_k >> 4, stride = a_stride(g);
-    float* asum = as + g.m * stride;
-    typedef Chunk<BITS> C;
-    // several rows of A give each chunk enough arithmetic to hide its load: one in flight
-    constexpr int UNROLL = MAXM == 1 ? NB_UNROLL : 1;
-    const int tpr = g.tpr, rows = blockDim.x / tpr;
-    const int slot = threadIdx.x / tpr, t = threadIdx.x % tpr;
-    // the first row's first chunks (B does not depend on A) are loaded before A is staged,
-    // so their memory latency overlaps A's instead of following it
-    const long long first = (long long)blockIdx.x * rows;
-    C pre[UNROLL];
-    float pre_s0[UNROLL];
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
-        const int c = t + u * tpr;
-        pre_s0[u] = 0.0f;
-        if (first + slot < g.n && c < g.chunks) {
-            pre[u].load(b + (first + slot) * g.row_bytes + (long long)c * C::BYTES);
-            if (c * C::CODES < g.k)
-                pre_s0[u] = to_f32(__ldg(scales + (first + slot) * g.n_blocks +
-                                         ((c * C::CODES) >> g.log2_block)));
-        }
-    }
-    // every load of a batch in flight before any store: K / blockDim loads one after the
-    // other would cost a memory latency each
-    constexpr int APER = 8;
     for (int m = 0; m < g.m; ++m)
         for (int k0 = 0; k0 < g.padded_k; k0 += APER * blockDim.x) {
             float v[APER];
@@ -262,10 +206,158 @@ __device__ void nbits_gemv(const T* __restrict__ a, const u8* __restrict__ b,
                 if (k < g.padded_k) as[m * stride + apad(k)] = v[u];
             }
         }
+}
+
+// one quantization block's zero point for a row, as the subtrahend of a magic code zb (its
+// integer part) and a fraction zf (only a zero point of T has one)
+template <class T, int BITS>
+__device__ __forceinline__ void block_zero(const void* __restrict__ zp, const NbGeo& g,
+                                           long long n, int blk, float& zb, float& zf) {
+    const float z = zero_point<T, BITS>(zp, g, n, blk);
+    const float zi = rintf(z);
+    zb = 8388608.0f + zi;
+    zf = zi - z;
+}
+
+// acc[r][m] += scale * sum over a block's codes of chunk c of row n0 + r * rstep of B times
+// A[m, k] * (code - zp), for RB rows of B (RB > 1 only with one row of A: its values are
+// read from shared memory once for every row). The zero point splits into its integer part,
+// subtracted from each code exactly, and a fraction (only a zero point of T has one),
+// applied once per group through the group's sum of A, asum. A chunk inside one block
+// (one_block: block_size >= its codes) uses the scale s_first loaded beside its codes.
+template <class T, int BITS, int MAXM, int RB, int MAXU>
+__device__ __forceinline__ void gemv_chunk(const Chunk<BITS> (&ch)[RB][MAXU], int u, int c,
+                                           long long n0, long long rstep,
+                                           const float* __restrict__ as,
+                                           const float* __restrict__ asum,
+                                           const T* __restrict__ scales,
+                                           const void* __restrict__ zp, const NbGeo& g,
+                                           bool one_block, const float (&s_first)[RB][MAXU],
+                                           float (&acc)[RB][MAXM]) {
+    constexpr int CODES = Chunk<BITS>::CODES;
+    if (c * CODES >= g.k) return;   // all padding (K far below the last block's end)
+    float s[RB], zb[RB], zf[RB], pa[RB][MAXM], pb[RB][MAXM];
+#pragma unroll
+    for (int gi = 0; gi < Chunk<BITS>::GROUPS; ++gi) {
+        const int k = c * CODES + gi * 16;
+        if (k >= g.k) break;   // the last block's padding
+        if (gi == 0 || !one_block) {
+#pragma unroll
+            for (int r = 0; r < RB; ++r) {
+                if (gi > 0) {
+#pragma unroll
+                    for (int m = 0; m < MAXM; ++m)
+                        acc[r][m] = fmaf(pa[r][m] + pb[r][m], s[r], acc[r][m]);
+                }
+                // a row past N (its sums are dropped) reads the last row's parameters
+                const long long n = min(n0 + r * rstep, g.n - 1);
+                const int blk = k >> g.log2_block;
+                s[r] = gi == 0 ? s_first[r][u] : to_f32(__ldg(scales + n * g.n_blocks + blk));
+                block_zero<T, BITS>(zp, g, n, blk, zb[r], zf[r]);
+#pragma unroll
+                for (int m = 0; m < MAXM; ++m) pa[r][m] = pb[r][m] = 0.0f;
+            }
+        }
+        if constexpr (RB == 1) {
+            float q[16];
+            group_codes<BITS>(&ch[0][u].w[gi * BITS / 2], q);
+#pragma unroll
+            for (int j = 0; j < 16; ++j) q[j] = q[j] - zb[0];
+#pragma unroll
+            for (int m = 0; m < MAXM; ++m) {
+                if (m >= g.m) break;
+                const float4* p = reinterpret_cast<const float4*>(as + m * a_stride(g) +
+                                                                  apad(k));
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const float4 x = p[i];
+                    pa[0][m] = fmaf(x.x, q[4 * i], pa[0][m]);
+                    pb[0][m] = fmaf(x.y, q[4 * i + 1], pb[0][m]);
+                    pa[0][m] = fmaf(x.z, q[4 * i + 2], pa[0][m]);
+                    pb[0][m] = fmaf(x.w, q[4 * i + 3], pb[0][m]);
+                }
+                if (g.zp_mode == 2)
+                    pb[0][m] = fmaf(zf[0], asum[m * (g.padded_k >> 4) + (k >> 4)], pb[0][m]);
+            }
+        } else {
+            static_assert(MAXM == 1, "several rows of B per thread take one row of A");
+            const float4* p = reinterpret_cast<const float4*>(as + apad(k));
+            float4 x[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) x[i] = p[i];
+#pragma unroll
+            for (int r = 0; r < RB; ++r) {
+                float q[16];
+                group_codes<BITS>(&ch[r][u].w[gi * BITS / 2], q);
+#pragma unroll
+                for (int j = 0; j < 16; ++j) q[j] = q[j] - zb[r];
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    pa[r][0] = fmaf(x[i].x, q[4 * i], pa[r][0]);
+                    pb[r][0] = fmaf(x[i].y, q[4 * i + 1], pb[r][0]);
+                    pa[r][0] = fmaf(x[i].z, q[4 * i + 2], pa[r][0]);
+                    pb[r][0] = fmaf(x[i].w, q[4 * i + 3], pb[r][0]);
+                }
+                if (g.zp_mode == 2) pb[r][0] = fmaf(zf[r], asum[k >> 4], pb[r][0]);
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < RB; ++r)
+#pragma unroll
+        for (int m = 0; m < MAXM; ++m) acc[r][m] = fmaf(pa[r][m] + pb[r][m], s[r], acc[r][m]);
+}
+
+// MAXU: 16-byte chunks of a row a thread holds at once (g.cpt of them are used), RB: rows
+// of B a thread takes at once. A block of `rows` slots (tpr threads each) covers RB * rows
+// rows of B a pass: slot j takes rows base + j, base + j + rows, ... (neighbouring slots
+// read neighbouring rows). Each thread loads every chunk of its rows for a pass (up to
+// RB * MAXU loads in flight) before it computes; a row of more than tpr * cpt chunks takes
+// several passes.
+template <class T, int BITS, int MAXM, int RB, int MAXU>
+__device__ void nbits_gemv(const T* __restrict__ a, const u8* __restrict__ b,
+                           const T* __restrict__ scales, const void* __restrict__ zp,
+                           const T* __restrict__ bias, T* __restrict__ y, NbGeo g) {
+    extern __shared__ float4 nb_smem[];
+    __shared__ float red[NB_THREADS / 32][RB * MAXM];
+    float* as = reinterpret_cast<float*>(nb_smem);
+    const int groups = g.padded_k >> 4;
+    float* asum = as + g.m * a_stride(g);
+    typedef Chunk<BITS> C;
+    const int tpr = g.tpr, cpt = g.cpt, rows = blockDim.x / tpr;
+    const int slot = threadIdx.x / tpr, t = threadIdx.x % tpr;
+    const int per_pass = tpr * cpt, passes = (g.chunks + per_pass - 1) / per_pass;
+    const long long span = (long long)rows * RB;
+    C ch[RB][MAXU];
+    float s0[RB][MAXU];      // each chunk's first scale, loaded beside its codes
+    // a pass's loads: chunks c0 + u * tpr of rows base + slot + r * rows
+    auto load = [&](long long base, int c0) {
+#pragma unroll
+        for (int r = 0; r < RB; ++r) {
+            const long long n = base + slot + r * rows;
+#pragma unroll
+            for (int u = 0; u < MAXU; ++u) {
+                const int c = c0 + u * tpr;
+                s0[r][u] = 0.0f;
+                ch[r][u].w[0] = ch[r][u].w[1] = ch[r][u].w[2] = ch[r][u].w[3] = 0u;
+                if (u < cpt && n < g.n && c < g.chunks) {
+                    ch[r][u].load(b + n * g.row_bytes + (long long)c * C::BYTES);
+                    if (c * C::CODES < g.k)
+                        s0[r][u] = to_f32(__ldg(scales + n * g.n_blocks +
+                                                ((c * C::CODES) >> g.log2_block)));
+                }
+            }
+        }
+    };
+    // B does not depend on A: the first pass's chunks load before A is staged, so their
+    // memory latency overlaps A's instead of following it
+    long long base = (long long)blockIdx.x * span;
+    if (base < g.n) load(base, t);
+    stage_a<T>(a, as, g);
     __syncthreads();
     if (g.zp_mode == 2) {     // only a zero point of T has a fraction that reads the sums
         for (int i = threadIdx.x; i < g.m * groups; i += blockDim.x) {
-            const float* x = as + (i / groups) * stride + apad((i % groups) * 16);
+            const float* x = as + (i / groups) * a_stride(g) + apad((i % groups) * 16);
             float v = 0.0f;
             for (int j = 0; j < 16; ++j) v = v + x[j];
             asum[i] = v;
@@ -274,70 +366,66 @@ __device__ void nbits_gemv(const T* __restrict__ a, const u8* __restrict__ b,
     }
     const int width = tpr < 32 ? tpr : 32;
     const bool one_block = (1 << g.log2_block) >= C::CODES;
-    for (long long base = (long long)blockIdx.x * rows; base < g.n;
-         base += (long long)gridDim.x * rows) {
-        const long long n = base + slot;
-        float acc[MAXM];
+    for (; base < g.n; base += (long long)gridDim.x * span) {
+        float acc[RB][MAXM];
 #pragma unroll
-        for (int m = 0; m < MAXM; ++m) acc[m] = 0.0f;
-        if (n < g.n) {
-            const u8* row = b + n * g.row_bytes;
-            for (int c0 = t; c0 < g.chunks; c0 += tpr * UNROLL) {
-                C ch[UNROLL];
-                float s0[UNROLL];    // each chunk's first scale, loaded beside its codes
-                const bool prefetched = base == first && c0 == t;
+        for (int r = 0; r < RB; ++r)
 #pragma unroll
-                for (int u = 0; u < UNROLL; ++u) {
-                    const int c = c0 + u * tpr;
-                    s0[u] = 0.0f;
-                    if (prefetched) {
-                        ch[u] = pre[u];
-                        s0[u] = pre_s0[u];
-                    } else if (c < g.chunks) {
-                        ch[u].load(row + (long long)c * C::BYTES);
-                        if (c * C::CODES < g.k)
-                            s0[u] = to_f32(__ldg(scales + n * g.n_blocks +
-                                                 ((c * C::CODES) >> g.log2_block)));
-                    }
-                }
+            for (int m = 0; m < MAXM; ++m) acc[r][m] = 0.0f;
+        const long long n0 = base + slot;
+        for (int p = 0; p < passes; ++p) {
+            const int c0 = t + p * per_pass;
+            if (p > 0) load(base, c0);
 #pragma unroll
-                for (int u = 0; u < UNROLL; ++u) {
-                    const int c = c0 + u * tpr;
-                    if (c < g.chunks)
-                        gemv_chunk<T, BITS, MAXM>(ch[u], c, n, as, asum, scales, zp, g,
-                                                  one_block, s0[u], acc);
-                }
+            for (int u = 0; u < MAXU; ++u) {
+                const int c = c0 + u * tpr;
+                if (u < cpt && c < g.chunks && n0 < g.n)
+                    gemv_chunk<T, BITS, MAXM, RB, MAXU>(ch, u, c, n0, rows, as, asum, scales,
+                                                        zp, g, one_block, s0, acc);
             }
         }
+        // rows past N (n0 + r * rows >= N) summed codes of no row: their sums are dropped
 #pragma unroll
-        for (int m = 0; m < MAXM; ++m)
-            for (int off = width >> 1; off > 0; off >>= 1)
-                acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], off);
+        for (int r = 0; r < RB; ++r)
+#pragma unroll
+            for (int m = 0; m < MAXM; ++m)
+                for (int off = width >> 1; off > 0; off >>= 1)
+                    acc[r][m] += __shfl_xor_sync(0xffffffffu, acc[r][m], off);
         if (tpr > 32) {
             const int warp = threadIdx.x >> 5;
             if ((threadIdx.x & 31) == 0) {
 #pragma unroll
-                for (int m = 0; m < MAXM; ++m) red[warp][m] = acc[m];
+                for (int r = 0; r < RB; ++r)
+#pragma unroll
+                    for (int m = 0; m < MAXM; ++m) red[warp][r * MAXM + m] = acc[r][m];
             }
             __syncthreads();
             if (t == 0) {
 #pragma unroll
-                for (int m = 0; m < MAXM; ++m) {
-                    float v = red[warp][m];
-                    for (int i = 1; i < tpr / 32; ++i) v += red[warp + i][m];
-                    acc[m] = v;
-                }
+                for (int r = 0; r < RB; ++r)
+#pragma unroll
+                    for (int m = 0; m < MAXM; ++m) {
+                        float v = red[warp][r * MAXM + m];
+                        for (int i = 1; i < tpr / 32; ++i) v += red[warp + i][r * MAXM + m];
+                        acc[r][m] = v;
+                    }
             }
             __syncthreads();
         }
-        if (t == 0 && n < g.n) {
-            const float bv = bias ? to_f32(bias[n]) : 0.0f;
+        if (t == 0) {
 #pragma unroll
-            for (int m = 0; m < MAXM; ++m) {
-                if (m >= g.m) break;
-                y[(long long)m * g.n + n] = round_from32<T>(acc[m] + bv);
+            for (int r = 0; r < RB; ++r) {
+                const long long n = n0 + r * rows;
+                if (n >= g.n) break;
+                const float bv = bias ? to_f32(bias[n]) : 0.0f;
+#pragma unroll
+                for (int m = 0; m < MAXM; ++m) {
+                    if (m >= g.m) break;
+                    y[(long long)m * g.n + n] = round_from32<T>(acc[r][m] + bv);
+                }
             }
         }
+        if (base + (long long)gridDim.x * span < g.n) load(base + (long long)gridDim.x * span, t);
     }
 }
 
@@ -456,16 +544,17 @@ __device__ void gbq(const u8* __restrict__ data, const I* __restrict__ indices,
 
 // ------------------------------------------------------------------ instantiation
 
-// MINB: resident blocks per multiprocessor the registers must allow (64 registers for one row
-// of A; more rows of A need more)
-#define EP_NB_GEMV(T, S, BITS, MAXM, MINB)                                                   \
+// RB rows of B and MAXU chunks of each a thread holds at once (see nbits_gemv); MINB:
+// resident blocks per multiprocessor the registers must allow
+#define EP_NB_GEMV(T, S, BITS, MAXM, RB, MAXU, MINB)                                         \
 extern "C" __global__ void __launch_bounds__(NB_THREADS, MINB)                               \
-nbits_gemv_b##BITS##_m##MAXM##_##S(const T* a, const u8* b, const T* scales, const void* zp, \
-                                   const T* bias, T* y, NbGeo g) {                           \
-    nbits_gemv<T, BITS, MAXM>(a, b, scales, zp, bias, y, g);                                 \
+nbits_gemv_b##BITS##_m##MAXM##r##RB##_##S(const T* a, const u8* b, const T* scales,          \
+                                          const void* zp, const T* bias, T* y, NbGeo g) {    \
+    nbits_gemv<T, BITS, MAXM, RB, MAXU>(a, b, scales, zp, bias, y, g);                       \
 }
 #define EP_NB_BITS(T, S, BITS)                                                               \
-    EP_NB_GEMV(T, S, BITS, 1, 4) EP_NB_GEMV(T, S, BITS, 4, 3) EP_NB_GEMV(T, S, BITS, 8, 2)   \
+    EP_NB_GEMV(T, S, BITS, 1, 1, 4, 3) EP_NB_GEMV(T, S, BITS, 1, 4, 2, 2)                     \
+    EP_NB_GEMV(T, S, BITS, 4, 1, 2, 3) EP_NB_GEMV(T, S, BITS, 8, 1, 2, 2)                     \
 extern "C" __global__ void nbits_dequant_b##BITS##_##S(const u8* b, const T* scales,        \
         const void* zp, T* w, NbGeo g, long long n0, long long rows, int vec) {             \
     nbits_dequant<T, BITS>(b, scales, zp, w, g, n0, rows, vec);                             \

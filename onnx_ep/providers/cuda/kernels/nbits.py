@@ -78,19 +78,22 @@ U8 = np.dtype(np.uint8)
 
 #: the most rows of A the gemv route takes (decode steps; a prefill goes to cuBLASLt)
 GEMV_MAX_M = 8
-#: rows of A each gemv kernel is built for (``nbits_gemv_b<bits>_m<rows>_*``)
+#: rows of A each gemv kernel is built for (``nbits_gemv_b<bits>_m<rows>r<rb>_*``)
 GEMV_ROWS = (1, 4, 8)
+#: per (rows of A, rows of B a thread takes at once): the most 16-byte chunks of a row a
+#: thread holds at once (MAXU of nbits.cu's EP_NB_GEMV)
+GEMV_MAXU: dict[tuple[int, int], int] = {(1, 1): 4, (1, 4): 2, (4, 1): 2, (8, 1): 2}
+#: rows of B a thread of the one-row-of-A kernel takes at once when there are many
+GEMV_RB = 4
 #: threads of a gemv block at most, and at least
 GEMV_THREADS = 256
 GEMV_MIN_THREADS = 64
-#: 16-byte chunks each gemv thread loads before it computes (NB_UNROLL of nbits.cu, for one
-#: row of A; more rows load one)
-GEMV_UNROLL = 2
-#: threads the gemv aims for before it gives a row more than 32 of them (about a full H200)
+#: threads the gemv aims for (about a full H200): more rows of B than this fills take
+#: GEMV_RB rows a thread, so a thread keeps more loads in flight and reads A once for them
 GEMV_TARGET_THREADS = 1 << 17
 #: blocks the gemv aims for at least (two per H200 multiprocessor), and launches at most
 GEMV_MIN_BLOCKS = 264
-GEMV_MAX_BLOCKS = 1024
+GEMV_MAX_BLOCKS = 4096
 #: shared memory of the gemv's staged A (float32, plus one sum per 16 values); above 48 KiB
 #: the kernel is opted in to more (every sm_80+ device allows 96 KiB)
 GEMV_SMEM_MAX = 96 * 1024
@@ -123,7 +126,7 @@ class NbGeo(ctypes.Structure):
     _fields_ = [("n", ctypes.c_int64), ("k", ctypes.c_int32), ("padded_k", ctypes.c_int32),
                 ("m", ctypes.c_int32), ("n_blocks", ctypes.c_int32),
                 ("log2_block", ctypes.c_int32), ("row_bytes", ctypes.c_int32),
-                ("chunks", ctypes.c_int32), ("tpr", ctypes.c_int32),
+                ("chunks", ctypes.c_int32), ("tpr", ctypes.c_int32), ("cpt", ctypes.c_int32),
                 ("zp_mode", ctypes.c_int32), ("zp_row_bytes", ctypes.c_int32)]
 
 
@@ -143,11 +146,14 @@ def _pow2_at_least(n: int) -> int:
 
 @attrs.frozen
 class Gemv:
-    """One gemv launch: ``nbits_gemv_b<bits>_m<rows>_*`` on ``grid`` x ``threads``, ``tpr``
-    threads per output column, ``shared_bytes`` of staged A."""
+    """One gemv launch: ``nbits_gemv_b<bits>_m<rows>r<rb>_*`` on ``grid`` x ``threads``,
+    ``tpr`` threads per output column, each loading ``cpt`` of the row's ``chunks`` a pass
+    for ``rb`` rows at once, ``shared_bytes`` of staged A."""
 
     rows: int
+    rb: int
     tpr: int
+    cpt: int
     chunks: int
     grid: tuple[int, int, int]
     threads: int
@@ -174,10 +180,11 @@ def gemv_geometry(plan: NBitsPlan, m: int) -> Gemv | None:
     """THE route decision: the gemv launch for ``m`` rows of A, or ``None`` for the gemm
     route (too many rows, rows of B that are not whole 16-byte chunks, A too large to stage).
 
-    Threads per row: enough for :data:`GEMV_UNROLL` chunks each (8 to 32), doubled up to 256
-    while the row has two chunks per thread and the grid stays under
-    :data:`GEMV_TARGET_THREADS` (few, long rows: the down projection); blocks shrink to
-    :data:`GEMV_MIN_THREADS` threads while there are fewer than :data:`GEMV_MIN_BLOCKS`.
+    Threads per row: enough that each holds two of the row's chunks (8 to 256), so every
+    load of a row is in flight at once (a longer row takes passes of ``cpt`` chunks). With
+    one row of A and more rows of B than :data:`GEMV_TARGET_THREADS` threads cover, a thread
+    takes :data:`GEMV_RB` rows. Blocks shrink to :data:`GEMV_MIN_THREADS` threads while there
+    are fewer than :data:`GEMV_MIN_BLOCKS`.
     """
     rb = row_bytes(plan)
     if not 1 <= m <= GEMV_MAX_M or rb % 16:
@@ -187,15 +194,17 @@ def gemv_geometry(plan: NBitsPlan, m: int) -> Gemv | None:
         return None
     rows = next(r for r in GEMV_ROWS if r >= m)
     chunks = rb // 16
-    tpr = min(32, max(8, _pow2_at_least(-(-chunks // GEMV_UNROLL))))
-    while tpr < GEMV_THREADS and chunks >= 2 * tpr and plan.n * tpr < GEMV_TARGET_THREADS:
-        tpr *= 2
+    tpr = min(GEMV_THREADS, max(8, _pow2_at_least(-(-chunks // 2))))
+    per_thread = -(-chunks // tpr)
+    rb_rows = GEMV_RB if (rows == 1 and per_thread <= GEMV_MAXU[(1, GEMV_RB)]
+                          and plan.n * tpr >= GEMV_RB * GEMV_TARGET_THREADS) else 1
+    cpt = min(per_thread, GEMV_MAXU[(rows, rb_rows)])
     threads = GEMV_THREADS
     while (threads > max(tpr, GEMV_MIN_THREADS)
-           and -(-plan.n // (threads // tpr)) < GEMV_MIN_BLOCKS):
+           and -(-plan.n // (threads // tpr * rb_rows)) < GEMV_MIN_BLOCKS):
         threads //= 2
-    blocks = min(-(-plan.n // (threads // tpr)), GEMV_MAX_BLOCKS)
-    return Gemv(rows, tpr, chunks, (blocks, 1, 1), threads, smem)
+    blocks = min(-(-plan.n // (threads // tpr * rb_rows)), GEMV_MAX_BLOCKS)
+    return Gemv(rows, rb_rows, tpr, cpt, chunks, (blocks, 1, 1), threads, smem)
 
 
 def _align(n: int) -> int:
@@ -417,7 +426,7 @@ class MatMulNBits(CudaKernel):
                 self._write_bias(ctx, y.ptr, bias.ptr, m, plan.n, y)
             return
         geo = NbGeo(plan.n, plan.k, plan.padded_k, m, plan.n_blocks,
-                    int(plan.block).bit_length() - 1, row_bytes(plan), 0, 0, mode,
+                    int(plan.block).bit_length() - 1, row_bytes(plan), 0, 0, 0, mode,
                     zp_row_bytes(plan))
         zp_ptr = int(zp.ptr) if zp is not None else 0
         bias_ptr = int(bias.ptr) if bias is not None else 0
@@ -432,8 +441,8 @@ class MatMulNBits(CudaKernel):
         if int(b.ptr) % 16:
             raise self.fail(ctx, f"B at 0x{int(b.ptr):x} is not 16-byte aligned (the gemv "
                                  f"reads it 16 bytes at a time)")
-        geo.chunks, geo.tpr = gemv.chunks, gemv.tpr
-        fn = self.function(f"nbits_gemv_b{bits}_m{gemv.rows}_{suffix(a.dtype)}", a)
+        geo.chunks, geo.tpr, geo.cpt = gemv.chunks, gemv.tpr, gemv.cpt
+        fn = self.function(f"nbits_gemv_b{bits}_m{gemv.rows}r{gemv.rb}_{suffix(a.dtype)}", a)
         if gemv.shared_bytes > GEMV_SMEM_DEFAULT:
             from onnx_ep.providers.cuda import launch
 
