@@ -10,8 +10,10 @@ per folder, batch 1, ``--prompt-len`` random ids, ``--new-tokens`` greedy tokens
 config's EOS ids dropped, so every run makes all of them):
 
 - onnx-ep on ``--provider`` (``cuda``; ``cpu_reference`` to try the flow on a CPU) with
-  ``SessionOptions(capture="auto")`` and ``capture="off"``: prefill tokens/s, decode ms per
-  token (median and mean of the generator's per-step times), each decode step's capture
+  ``SessionOptions(capture="auto")`` and ``capture="off"``, each with the generator queuing
+  the next greedy step before it waits (``--ahead on``) and, asked for, without (``off``):
+  prefill tokens/s, decode ms per token (median and mean of the generator's per-step
+  times: with a step in flight, the intervals between tokens), each decode step's capture
   state (``captured`` / ``recorded`` / ``eager`` / ``host``) counted, and the first states;
 - onnx-ep ``cpu_reference``'s greedy tokens for the first ``--ref-tokens`` against the
   provider's: the first divergence and the reference's top-2 logit gap there;
@@ -117,9 +119,10 @@ def graph_ops(folder: Path) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------ running onnx-ep
-def greedy(model: Any, prompt: np.ndarray, new: int, logits: bool = False
+def greedy(model: Any, prompt: np.ndarray, new: int, logits: bool = False, ahead: bool = True
            ) -> tuple[list[int], list[np.ndarray], Any]:
-    """``new`` greedy tokens (EOS ignored); with ``logits`` the logits of every choice."""
+    """``new`` greedy tokens (EOS ignored); with ``logits`` the logits of every choice;
+    ``ahead``: the generator queues each decode step before waiting for the previous."""
     import attrs
 
     from onnx_ep import genai
@@ -133,6 +136,7 @@ def greedy(model: Any, prompt: np.ndarray, new: int, logits: bool = False
     params.set_search_options(max_length=total, min_length=0, do_sample=False,
                               batch_size=1, past_present_share_buffer=True)
     gen = genai.Generator(model, params)
+    gen.queue_ahead = ahead
     seen: list[np.ndarray] = []
     try:
         gen.append_tokens(prompt[None, :])
@@ -148,7 +152,7 @@ def greedy(model: Any, prompt: np.ndarray, new: int, logits: bool = False
 
 
 def timed(folder: Path, provider: str, capture: str, prompt: np.ndarray, new: int,
-          warmup: int) -> dict[str, Any]:
+          warmup: int, ahead: bool = True) -> dict[str, Any]:
     """onnx-ep on ``provider``: prefill and per-decode-step figures of the last of
     ``warmup + 1`` generations (the first ones plan, compile and record)."""
     from onnx_ep import SessionOptions, genai
@@ -157,12 +161,16 @@ def timed(folder: Path, provider: str, capture: str, prompt: np.ndarray, new: in
     model = genai.Model(folder, providers=[provider], options=SessionOptions(capture=capture))
     load_s = time.perf_counter() - t0
     for _ in range(warmup):
-        greedy(model, prompt, new)
-    tokens, _, stats = greedy(model, prompt, new)
+        greedy(model, prompt, new, ahead=ahead)
+    t0 = time.perf_counter()
+    tokens, _, stats = greedy(model, prompt, new, ahead=ahead)
+    wall = time.perf_counter() - t0
     d = stats.as_dict()
     steps = [s for s in stats.steps if s.kind == "decode"]
     ms = [1e3 * s.seconds for s in steps]
-    res = {"provider": provider, "capture_option": capture, "load_s": round(load_s, 2),
+    res = {"provider": provider, "capture_option": capture, "ahead_option": ahead,
+           "load_s": round(load_s, 2), "wall_s": round(wall, 4),
+           "decode_ahead": d["decode"]["ahead"],
            "placement": model.session.placement_summary(),
            "prefill_tokens_per_s": d["prefill"]["tokens_per_s"],
            "prefill_ms": 1e3 * d["prefill"]["seconds"],
@@ -296,6 +304,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="cpu_reference greedy tokens to compare (0: none)")
     ap.add_argument("--captures", default="auto,off",
                     help="SessionOptions.capture values to time (default auto,off)")
+    ap.add_argument("--ahead", default="on",
+                    help="comma list of on/off: the generator queues each greedy decode step "
+                         "before waiting for the previous one (default on)")
     ap.add_argument("--warmup", type=int, default=1, help="untimed generations first")
     ap.add_argument("--og", choices=("auto", "on", "off"), default="auto",
                     help="time onnxruntime-genai on the same folder (auto: when importable)")
@@ -322,14 +333,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n== {precision} ({folder}): "
               + ", ".join(f"{k.split('::')[1]} x{v}" for k, v in entry["ops"].items()
                           if k.startswith("com.microsoft")), flush=True)
-        for capture in [c for c in ns.captures.split(",") if c]:
-            r = timed(folder, ns.provider, capture, prompt, ns.new_tokens, ns.warmup)
+        runs = [(c, a) for c in ns.captures.split(",") if c
+                for a in ns.ahead.split(",") if a]
+        for capture, ahead in runs:
+            r = timed(folder, ns.provider, capture, prompt, ns.new_tokens, ns.warmup,
+                      ahead == "on")
             entry["runs"].append(r)
-            print(f"onnx-ep {ns.provider} capture={capture}: prefill "
+            print(f"onnx-ep {ns.provider} capture={capture} ahead={ahead}: prefill "
                   f"{r['prefill_tokens_per_s']:.1f} tok/s ({r['prefill_ms']:.1f} ms), decode "
                   f"median {r['decode_ms_median']:.3f} ms/token, mean "
-                  f"{r['decode_ms_mean']:.3f} ({r['decode_steps']} steps; {r['decode_capture']};"
-                  f" first {r['first_states']}; signatures {r['decode_signatures']}); "
+                  f"{r['decode_ms_mean']:.3f} ({r['decode_steps']} steps, {r['decode_ahead']} "
+                  f"queued ahead; {r['decode_capture']}; first {r['first_states']}; "
+                  f"signatures {r['decode_signatures']}; generation wall {r['wall_s']} s); "
                   f"placement {r['placement']}", flush=True)
         if ns.ref_tokens and entry["runs"]:
             v = versus_reference(folder, prompt, entry["runs"][0]["tokens"],

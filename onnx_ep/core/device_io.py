@@ -3,6 +3,7 @@ outputs copied device-to-device into the caller's tensors (``Session.run_with_io
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,7 @@ def device_io(device: Any, program: Program, arrays: list[Any], keep: dict[int, 
     out = list(arrays)
     targets = {id(t) for t in keep.values() if isinstance(t, Tensor)}
     in_place: list[int] = []
+    waited = False
     for i, a in enumerate(arrays):
         if not isinstance(a, Tensor):
             continue
@@ -31,6 +33,10 @@ def device_io(device: Any, program: Program, arrays: list[Any], keep: dict[int, 
             if id(a) in targets:
                 in_place.append(i)
         else:
+            if not waited and device is not None and not a.is_host:
+                # a run queued without waiting may still be writing it
+                device.runtime.synchronize(device.stream)
+                waited = True
             out[i] = a.numpy()            # read on the host (or another device)
     skip = {step for p, step in io.downloads.items()
             if p in keep or (wanted is not None and p not in wanted)}
@@ -53,8 +59,9 @@ def feeds_in_place(program: Program, positions: list[int]) -> list[int]:
 
 
 def copy_out(device: Any, graph: Graph, program: Program, outs: list[Any],
-             keep: dict[int, Any]) -> list[Any]:
-    """Copy device outputs wanted on the device into their own Tensors, then wait."""
+             keep: dict[int, Any], wait: bool = True) -> list[Any]:
+    """Copy device outputs wanted on the device into their own Tensors, then wait (unless
+    ``wait`` is false: later work on the session's stream is ordered after the copies)."""
     assert device is not None
     io = program_io(program)
     rt, stream, dev = device.runtime, device.stream, device.device
@@ -87,8 +94,42 @@ def copy_out(device: Any, graph: Graph, program: Program, outs: list[Any],
         pairs.append((src, dst.value))
         outs[pos] = dst
     copy_all(rt, pairs, stream)
-    rt.synchronize(stream)
+    if wait:
+        rt.synchronize(stream)
     return outs
+
+
+def readback(session: Any, tensor: Tensor) -> Callable[[], np.ndarray]:
+    """A reader of ``tensor``, an output of a run of ``session`` queued with
+    ``RunOptions(synchronize=False)``: called later, it waits only for the work queued on
+    the session's stream before this call (not for runs queued since), then copies
+    ``tensor`` to the host. The caller keeps later runs from writing ``tensor`` before it
+    is read (a second output buffer, alternated)."""
+    device = session._device
+    if device is None or tensor.is_host:
+        value = tensor.numpy()
+        return lambda: value
+    rt, stream = device.runtime, device.stream
+    if not hasattr(rt, "fence"):
+        rt.synchronize(stream)
+        return tensor.numpy
+    fence = rt.fence(stream)
+    got: list[np.ndarray] = []
+
+    def read() -> np.ndarray:
+        if not got:
+            fence.wait()
+            fence.release()
+            got.append(tensor.numpy())   # on the Tensor copy stream, not the session's
+        return got[0]
+    return read
+
+
+def synchronize(session: Any) -> None:
+    """Wait for every run queued on ``session``'s stream (``IOBinding.synchronize_outputs``)."""
+    device = session._device
+    if device is not None:
+        device.runtime.synchronize(device.stream)
 
 
 def check_like(target: Tensor, value: Any, name: str) -> None:

@@ -191,15 +191,24 @@ class RunOptions:
     the run raises :exc:`RunCancelled` and releases its reservations. Set :attr:`capture`
     to ``"off"`` to run this run eagerly (``None``, the default, follows the session's
     ``capture`` option), e.g. to compare captured and eager runs in one process.
+
+    ``synchronize=False`` (onnxruntime's run config entry
+    ``disable_synchronize_execution_providers``) lets ``Session.run_with_iobinding`` return
+    once a device run's work is queued on the session's stream: outputs bound to the device
+    are complete after ``binding.synchronize_outputs()``, or when a reader from
+    ``Session.readback`` returns; outputs bound to the host are complete on return (their
+    copy waits). Later runs of the session queue behind it, so the host can prepare the next
+    run while the device works. ``Session.run`` always waits (it returns host arrays).
     """
 
     def __init__(self, *, tag: str = "", terminate: bool = False,
-                 capture: str | None = None) -> None:
+                 capture: str | None = None, synchronize: bool = True) -> None:
         if capture is not None and capture not in ("auto", "off"):
             raise OptionsError(f"RunOptions.capture must be 'auto', 'off' or None, got "
                                f"{capture!r}")
         self.tag = tag
         self.capture = capture
+        self.synchronize = bool(synchronize)
         self._terminate = threading.Event()
         if terminate:
             self._terminate.set()

@@ -134,6 +134,10 @@ class DeviceRuntime(Protocol):
     #   copy_many([(src, dst), ...], stream)  several such copies at once (one launch on
     #                                         CUDA): device feeds into their input buffers
     #                                         and outputs out of the arena use it
+    #   fence(stream) -> fence                mark the work queued so far: fence.wait()
+    #                                         blocks until it is done, fence.release()
+    #                                         recycles it (device_io.readback; without it
+    #                                         a readback waits for the whole stream)
     #
     # Optional, for CUDA-graph capture (core/capture.py, docs/CAPTURE.md); without them every
     # plan is declined:

@@ -299,8 +299,7 @@ class Session:
         return "host" if self._device is None else self._last_capture
 
     def end_profiling(self) -> str:
-        """Stop profiling and write the trace (docs/PROFILING.md); its path, or "" when the
-        session is not profiling (``SessionOptions.profile`` off, or ended already)."""
+        """Stop profiling, write the trace (docs/PROFILING.md); its path, or "" if not profiling."""
         profiler, self._profiler = self._profiler, None
         return profiler.end() if profiler is not None else ""
 
@@ -352,10 +351,10 @@ class Session:
                            run_options: RunOptions | None = None) -> None:
         """Run with ``binding``'s inputs; its outputs are then in ``binding.get_outputs()``.
 
-        An output bound to the session's device (``"cuda"``) or to a device Tensor is
-        copied device-to-device out of the plan's buffers, never through the host; the
-        session's stream is synchronized before this returns, so the outputs can be read
-        from any stream or library (torch through DLPack).
+        An output bound to the session's device (``"cuda"``) or to a device Tensor is copied
+        device-to-device out of the plan's buffers, never through the host; the stream is
+        synchronized before this returns (unless ``RunOptions(synchronize=False)``), so the
+        outputs can be read from any stream or library (torch through DLPack).
 
         :raises FeedError: as :meth:`run`; also a preallocated output Tensor whose dtype,
             shape or device does not match the output.
@@ -382,9 +381,9 @@ class Session:
 
     def _run(self, feeds: Mapping[str, Any], run_options: RunOptions | None,
              keep: dict[int, Any], wanted: set[int] | None = None) -> list[Any]:
-        """One run; outputs at positions in ``keep`` that a device produced come back as
-        device Tensors (new, or the preallocated Tensor given in ``keep``); outputs not in
-        ``wanted`` (None: all) are not downloaded."""
+        """One run; outputs at positions in ``keep`` that a device produced come back as device
+        Tensors (new, or the one in ``keep``); outputs not in ``wanted`` (None: all) are not
+        downloaded."""
         if not self._finalizer.alive:
             raise PlanError(f"{self.holder} is closed: its memory was released; create a new "
                             f"Session to run the model again")
@@ -428,7 +427,8 @@ class Session:
                         self._capture.after_run(signature, cap)
                 if keep and skip:
                     # the arena is reused by the next run: copy device outputs out now
-                    outs = copy_out(self._device, self._graph, plan.program, outs, keep)
+                    outs = copy_out(self._device, self._graph, plan.program, outs, keep,
+                                    run_options is None or run_options.synchronize)
         finally:
             for r in reservations:
                 r.release()

@@ -296,7 +296,11 @@ class IOBinding:
         """Nothing to wait for: bound device inputs were ready when they were bound."""
 
     def synchronize_outputs(self) -> None:
-        """Nothing to wait for: ``run_with_iobinding`` waits for its outputs before returning."""
+        """Wait for the outputs of runs queued with ``RunOptions(synchronize=False)``
+        (otherwise ``run_with_iobinding`` has waited for them before returning)."""
+        from onnx_ep.core.device_io import synchronize
+
+        synchronize(self.session)
 
     def clear_binding_inputs(self) -> None:
         self._inputs.clear()

@@ -19,6 +19,12 @@ The loop has onnxruntime-genai's shape and rules (docs/GENAI.md)::
   only for sampling, ``min_length``'s EOS mask or :meth:`Generator.get_logits`.
 - **Stop.** A row is done at one of ``eos_token_id``; afterwards it gets ``pad_token_id``.
   Everything stops at ``max_length`` (prompt included).
+- **One step in flight.** On a device, a greedy decode step whose token is the model's
+  argmax (no sampling, no ``min_length`` mask, no row done, room for another token) queues
+  the next step before it waits for its own ids: the next step's ``input_ids`` are the ids
+  output of this one, on the device, so the host's work on a token overlaps the device's
+  work on the next. The queued step ran on exactly the token this one then chooses; if
+  nothing follows (EOS), its work is only unused.
 - **Feeds.** ``seqlens_k`` (int32 ``[batch]``, each row's tokens - 1) and
   ``total_sequence_length`` (int32 scalar) are computed per step when the graph has them
   as inputs. With a shared KV buffer the decode steps' ``attention_mask`` is
@@ -29,15 +35,21 @@ The loop has onnxruntime-genai's shape and rules (docs/GENAI.md)::
 from __future__ import annotations
 
 import functools
+import weakref
+from collections.abc import Callable
 from typing import Any
 
+import attrs
 import numpy as np
 
+from onnx_ep.core.device_io import readback, synchronize
+from onnx_ep.core.options import RunOptions
+from onnx_ep.core.tensor import Tensor
 from onnx_ep.errors import FeedError, ModelError
 from onnx_ep.genai import search as srch
 from onnx_ep.genai.config import SearchOptions
 from onnx_ep.genai.kv_cache import GrowingKV, KVCache, SharedKV
-from onnx_ep.genai.stats import GenerationStats
+from onnx_ep.genai.stats import GenerationStats, OpenStep
 
 
 class GeneratorParams:
@@ -83,6 +95,18 @@ def as_batch(tokens: Any, pad: int) -> tuple[np.ndarray, np.ndarray]:
     return arr, mask
 
 
+@attrs.define
+class _Queued:
+    """A model run queued on the session and not yet collected."""
+
+    start: int                          #: the columns it runs on
+    end: int
+    outs: dict[str, Any]                #: its outputs by name (device Tensors until read)
+    wait: Callable[[], np.ndarray]      #: waits for the run; its ids (or logits) on the host
+    ids: Any                            #: its ids output on the device (a decode step)
+    step: OpenStep
+
+
 class Generator:
     """One generation: its sequences, its KV cache and its per-step statistics.
 
@@ -125,6 +149,15 @@ class Generator:
         self._device = model.device         # "cpu", or the device the session runs on
         self._binding: Any = None
         self._kv_signature = ""
+        #: queue a greedy decode step before waiting for the previous one (module doc);
+        #: False waits for each step first (to compare, or to debug)
+        self.queue_ahead = True
+        self._queued: list[_Queued] = []     # runs queued, oldest first (two at most)
+        self._ids_targets: list[Tensor] = []  # decode steps' ids, alternately
+        self._decode_runs = 0
+        # a device run returns once queued; the generator waits for what it reads
+        self._options = RunOptions(synchronize=False) if self._device != "cpu" else None
+        self._drain = weakref.finalize(self, synchronize, model.session)
 
     # ------------------------------------------------------------ onnxruntime-genai's API
     def append_tokens(self, tokens: Any) -> None:
@@ -143,6 +176,8 @@ class Generator:
         if self.length + arr.shape[1] > self.max_length:
             raise FeedError(f"{self.length} tokens so far + {arr.shape[1]} appended exceed "
                             f"max_length {self.max_length}")
+        while self._queued:               # a step queued on the last token: it stands
+            self._collect()
         end = self.length + arr.shape[1]
         self.sequences[:, self.length:end] = arr
         self.mask[:, self.length:end] = mask
@@ -161,7 +196,13 @@ class Generator:
         if self.is_done():
             raise FeedError("the generator is done (EOS in every row, or max_length)")
         if not self._ready:
-            self._run()
+            if not self._queued:
+                self._launch(self.fed, self.length)
+            ids = self._ahead()
+            if ids is not None:       # queue the next step before waiting for this one
+                self.mask[:, self.length] = 1
+                self._launch(self.length, self.length + 1, ids)
+            self._collect()
         s = self.search
         masked = self.length < s.min_length
         if not s.do_sample and not masked and self._greedy is not None:
@@ -217,7 +258,10 @@ class Generator:
         return bool(self.done.all()) or self.length >= self.max_length
 
     def close(self) -> None:
-        """Release the KV cache's bytes (also done when the generator is collected)."""
+        """Wait for queued runs, then release the KV cache's bytes (also done when the
+        generator is collected)."""
+        self._queued.clear()
+        self._drain()
         self.kv.close()
 
     # ------------------------------------------------------------ one model run
@@ -243,28 +287,58 @@ class Generator:
         return out
 
     def _run(self) -> None:
-        start, end = self.fed, self.length
-        session, dec = self.model.session, self.model.config.decoder
+        """Run the model on the columns it has not seen and wait for it."""
+        self._launch(self.fed, self.length)
+        self._collect()
+
+    def _launch(self, start: int, end: int, ids: Any = None) -> None:
+        """Queue a run over columns ``start:end`` (``ids``: its input_ids, on the device)."""
+        session = self.model.session
         binding = self._binding
         if binding is None or not self.kv.shared:
             # a shared cache is bound once: its buffers never move, and rebinding ~100
             # tensors per token would cost more host time than a captured step's launch
             if binding is None:
                 binding = self._binding = session.io_binding()
-                if self.model.greedy_output is not None:
-                    binding.bind_output(self.model.greedy_output, "cpu")
             self._kv_signature = _signature(self.kv.bind(binding))
-        self._bind_logits(binding, end - start)
+        columns = end - start
+        self._bind_logits(binding, columns)
+        greedy = self.model.greedy_output
+        if greedy is not None:
+            binding.bind_output(greedy, self._ids_target(columns))
         bound: dict[str, Any] = self.feeds(start, end)
+        if ids is not None:
+            bound[self.model.config.decoder.input_ids] = ids
         for name, value in bound.items():
             binding.bind_input(name, value)
-        with self.stats.step("prefill" if start == 0 or end - start > 1 else "decode",
-                             tokens=int(self.mask[:, start:end].sum()),
-                             signature=f"{_signature(bound)}, {self._kv_signature}"):
-            session.run_with_iobinding(binding)
+        step = self.stats.begin("prefill" if start == 0 or columns > 1 else "decode",
+                                tokens=int(self.mask[:, start:end].sum()),
+                                signature=f"{_signature(bound)}, {self._kv_signature}",
+                                ahead=ids is not None)
+        session.run_with_iobinding(binding, self._options)
+        self.stats.queued(step)
         outs = dict(zip([n for n, _ in binding.output_requests()], binding.get_outputs()))
-        self.kv.update(outs)
-        raw = outs[dec.logits]
+        read = outs[greedy] if greedy is not None else outs[self.model.config.decoder.logits]
+        decode_ids = outs[greedy] if greedy is not None and columns == 1 else None
+        self._queued.append(_Queued(start, end, outs, readback(session, read), decode_ids,
+                                    step))
+        if columns == 1:
+            if decode_ids is not None and self._device != "cpu" and not self._ids_targets:
+                self._ids_targets = [decode_ids, Tensor.empty(
+                    decode_ids.shape, decode_ids.dtype, decode_ids.device,
+                    runtime=getattr(decode_ids, "_runtime", None))]
+            self._decode_runs += 1
+        self.counts += self.mask[:, start:end].sum(axis=1)
+        self.fed = end
+
+    def _collect(self) -> None:
+        """Wait for the oldest queued run; its logits (and ids) become the current ones."""
+        q = self._queued.pop(0)
+        host = q.wait()
+        self.stats.end(q.step)
+        self.kv.update(q.outs)
+        raw = q.outs[self.model.config.decoder.logits]
+        start, end = q.start, q.end
         chunk = self.mask[:, start:end]
         self._rows = None
         if len(raw.shape) == 3 and raw.shape[1] == end - start and end - start > 1:
@@ -272,7 +346,7 @@ class Generator:
             self._rows = (end - start - 1) - np.argmax(chunk[:, ::-1], axis=1)
         self._raw_logits, self._host_logits, self._greedy = raw, None, None
         if self.model.greedy_output is not None:
-            ids = np.asarray(outs[self.model.greedy_output].numpy(), np.int64)
+            ids = np.asarray(host, np.int64)
             if ids.ndim == 2:
                 ids = ids[np.arange(self.batch), self._rows] if self._rows is not None \
                     else ids[:, -1]
@@ -281,9 +355,33 @@ class Generator:
             _ = self.logits               # on the host already: no reason to wait
         elif end - start == 1 and self._logits_target is None:
             self._logits_target = raw
-        self.counts += chunk.sum(axis=1)
-        self.fed = end
         self._ready = True
+
+    def _ahead(self) -> Any:
+        """The queued decode step's ids on the device when the next step may be queued
+        before they are read: the token they give is the one chosen (greedy, no
+        ``min_length`` mask, no row done) and another token can follow."""
+        if (not self.queue_ahead or len(self._queued) != 1 or self._queued[0].ids is None
+                or not self.kv.shared or self._device == "cpu"):  # a host run ends at return
+            return None
+        s, ids = self.search, self._queued[0].ids
+        if s.do_sample or self.length < s.min_length or self.done.any() \
+                or self.length + 1 >= self.max_length:
+            return None
+        dec = self.model.config.decoder
+        if tuple(ids.shape) != (self.batch, 1) or ids.dtype != self.model.input_dtype(
+                dec.input_ids):
+            return None
+        return ids
+
+    def _ids_target(self, columns: int) -> Any:
+        """Where a run's ids go: the host for a host session; on the device, one of two
+        tensors kept for decode steps (a queued step never writes the ids being read)."""
+        if self._device == "cpu":
+            return "cpu"
+        if columns != 1 or not self._ids_targets:
+            return self._device
+        return self._ids_targets[self._decode_runs % 2]
 
     def _bind_logits(self, binding: Any, columns: int) -> None:
         """Logits stay on the session's device; a decode step's go to one tensor kept for

@@ -56,6 +56,7 @@ class KVCache:
         self.shape = (batch, dec.num_key_value_heads, max_length, dec.head_size)
         self.dtype = np.dtype(model.kv_dtype)
         self.device = model.device
+        self.runtime = getattr(model, "runtime", None)
         self.nbytes = capacity_bytes(self.layers, batch, dec.num_key_value_heads, max_length,
                                      dec.head_size, self.dtype)
         self.holder = f"{model.session.holder}/generator-{next(_ids)}"
@@ -114,7 +115,7 @@ class SharedKV(KVCache):
         self.buffers = [(views[2 * i], views[2 * i + 1]) for i in range(self.layers)]
 
     def _on_device(self, spec: TensorSpec, step: int) -> list[Tensor]:
-        rt = device_runtime(self.device)
+        rt = self.runtime or device_runtime(self.device)
         alloc = rt.allocate(self.reservation)
         self._finalizer.detach()
         self._finalizer = weakref.finalize(self, _free, alloc, self.reservation)

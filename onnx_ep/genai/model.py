@@ -38,12 +38,13 @@ class Model:
     :param providers: onnx-ep provider names; default: the config's ``provider_options``
         (``cuda`` -> ``cuda``; none -> ``cpu_reference``).
     :param options: :class:`onnx_ep.SessionOptions` (``memory_limit``, ``capture``...).
+    :param plugins: plugin objects for the session (third-party providers and kernels).
     :raises ModelError: a malformed config, or a model whose inputs and outputs do not
         match it. Session errors (``NoKernelError``, ``ProviderUnavailable``) pass through.
     """
 
     def __init__(self, folder: str | os.PathLike[str], providers: list[str] | None = None,
-                 options: Any = None) -> None:
+                 options: Any = None, plugins: Any = ()) -> None:
         from onnx_ep.core.session import Session
 
         self.folder = Path(folder)
@@ -56,7 +57,8 @@ class Model:
         proto = load_model(path)
         with_greedy_output(proto, self.config.decoder.logits)
         self.session = Session(proto, providers=providers or
-                               self.config.onnx_ep_providers(), options=options)
+                               self.config.onnx_ep_providers(), options=options,
+                               plugins=plugins)
         self._inputs = {v.name: v for v in self.session.graph.inputs}
         self._outputs = {v.name for v in self.session.graph.outputs}
         self._check()
@@ -104,6 +106,13 @@ class Model:
         """Where the session's memory authority is: ``"cpu"``, or ``"cuda:0"`` when the
         session runs on a device (its KV cache lives there too)."""
         return str(self.session.resources()["device"])
+
+    @property
+    def runtime(self) -> Any:
+        """The device runtime the session runs on (None on the host): the KV cache and the
+        generator's device tensors are made with it, so a plugin's device works too."""
+        device = self.session._device
+        return device.runtime if device is not None else None
 
     @property
     def authority(self) -> DeviceMemoryAuthority:

@@ -206,3 +206,74 @@ def test_a_host_session_downloads_device_feeds():
     s = onnx_ep.Session(_model(), providers=["cpu_reference"])
     y, _ = s.run(None, {"x": x})
     np.testing.assert_array_equal(y, _expected(X)[0])
+
+
+# ---------------------------------------------------------------- runs that do not wait
+
+def test_a_run_that_does_not_wait_is_complete_after_synchronize_outputs():
+    """RunOptions(synchronize=False) on a fake device that lags like a real one (work runs
+    only when waited for): outputs read early are stale, after synchronize_outputs() right;
+    a second run queues behind the first, and a readback taken after the first waits for
+    the first only."""
+    from onnx_ep.core.device_io import readback
+
+    plugin = FakeDevicePlugin(lag=True)
+    sess = _session(plugin)
+    y_t = Tensor.empty((3, 4), np.float32, "fake", runtime=plugin.runtime)
+    z_t = Tensor.empty((3, 4), np.float32, "fake", runtime=plugin.runtime)
+    y_t.copy_from(np.zeros((3, 4), np.float32))
+    b = sess.io_binding()
+    b.bind_input("x", Tensor.from_numpy(X, "fake", runtime=plugin.runtime))
+    b.bind_output("y", y_t)
+    b.bind_output("z", z_t)
+    sess.run_with_iobinding(b, onnx_ep.RunOptions(synchronize=False))
+    assert not y_t.numpy().any()                       # nothing ran yet
+    read_first = readback(sess, y_t)
+    b.bind_input("x", Tensor.from_numpy(2 * X, "fake", runtime=plugin.runtime))
+    sess.run_with_iobinding(b, onnx_ep.RunOptions(synchronize=False))
+    stream = sess._device.stream
+    np.testing.assert_array_equal(read_first(), _expected(X)[0])   # the first run's y
+    assert stream.pending                              # the second run still queued
+    b.synchronize_outputs()
+    assert not stream.pending
+    np.testing.assert_array_equal(y_t.numpy(), _expected(2 * X)[0])
+    np.testing.assert_array_equal(z_t.numpy(), _expected(2 * X)[1])
+    # a run that waits (the default) is complete on return, on the lagging device too
+    b.bind_input("x", Tensor.from_numpy(3 * X, "fake", runtime=plugin.runtime))
+    sess.run_with_iobinding(b)
+    assert not stream.pending
+    np.testing.assert_array_equal(y_t.numpy(), _expected(3 * X)[0])
+    sess.close()
+
+
+def test_a_device_feed_read_on_the_host_waits_for_the_run_that_wrote_it():
+    """A device output of a queued run fed to a node on the host: the session waits for its
+    stream before it reads the feed (a run queued without waiting may still be writing)."""
+    plugin = FakeDevicePlugin(ops=("Add",), lag=True)       # Relu runs on the host
+    nodes = [helper.make_node("Add", ["x", "x"], ["y"]), helper.make_node("Relu", ["x"], ["z"])]
+    vi = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [3, 4]) for n in "xyz"]
+    model = helper.make_model(helper.make_graph(nodes, "g", vi[:1], vi[1:]),
+                              opset_imports=[helper.make_opsetid("", 17)],
+                              ir_version=ORACLE_IR_VERSION)
+    sess = _session(plugin, model)
+    b = sess.io_binding()
+    b.bind_input("x", Tensor.from_numpy(X, "fake", runtime=plugin.runtime))
+    b.bind_output("y", "fake")
+    sess.run_with_iobinding(b, onnx_ep.RunOptions(synchronize=False))
+    (y,) = b.get_outputs()
+    assert sess._device.stream.pending                  # the Add is still queued
+    z = sess.run(["z"], {"x": y})[0]                    # Relu(2x) on the host
+    np.testing.assert_array_equal(z, np.maximum(X + X, 0))
+    sess.close()
+
+
+def test_the_onnxruntime_run_config_entry_turns_waiting_off():
+    from onnx_ep.onnxruntime import RunOptions
+
+    ro = RunOptions()
+    assert ro.native.synchronize
+    ro.add_run_config_entry("disable_synchronize_execution_providers", "1")
+    assert not ro.native.synchronize
+    assert ro.get_run_config_entry("disable_synchronize_execution_providers") == "1"
+    ro.add_run_config_entry("disable_synchronize_execution_providers", "0")
+    assert ro.native.synchronize

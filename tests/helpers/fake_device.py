@@ -8,6 +8,11 @@ Capture behaves like CUDA's: while a :class:`FakeStream` records, kernels enqueu
 work instead of doing it (nothing runs until the graph is replayed), and what CUDA refuses
 during a capture (synchronize, allocate, copy to or from the host) fails with error 900
 and invalidates the capture.
+
+``FakeRuntime(lag=True)`` makes the device lag like a real one: a stream's work (kernels,
+uploads, copies, replays) runs only when something waits for it (``synchronize``, a
+download on that stream, a ``fence(stream).wait()``), so a host read that forgot to wait
+reads stale bytes and a test sees it.
 """
 
 from __future__ import annotations
@@ -89,17 +94,50 @@ INVALIDATED = "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED"
 class FakeStream:
     """A stream; ``recording`` is the list of enqueued work while it captures, else None."""
 
-    def __init__(self) -> None:
+    def __init__(self, lag: bool = False) -> None:
         self.id = next(_ids)
         self.recording: list[Any] | None = None
         self.invalid: str | None = None
+        self.lag = lag
+        self.pending: list[Any] = []     # lagging: work queued and not run yet
+        self.queued = 0                  # lagging: work ever queued, and run
+        self.ran = 0
 
     def enqueue(self, work: Any) -> None:
-        """Run ``work`` now, or record it when capturing (replayed by a FakeGraph)."""
+        """Run ``work`` now (later when lagging), or record it when capturing (replayed by
+        a FakeGraph)."""
         if self.recording is not None:
             self.recording.append(work)
+        elif self.lag:
+            self.pending.append(work)
+            self.queued += 1
         else:
             work()
+
+    def run_until(self, count: int | None = None) -> None:
+        """Run the queued work, all of it or up to the ``count``-th ever queued."""
+        target = self.queued if count is None else count
+        while self.ran < target:
+            work = self.pending.pop(0)
+            self.ran += 1
+            work()
+
+
+class StreamFence:
+    """``FakeRuntime.fence``: the work queued on a stream so far."""
+
+    def __init__(self, stream: FakeStream, overrun: bool) -> None:
+        self.stream, self.count, self.overrun = stream, stream.queued, overrun
+
+    def wait(self) -> None:
+        # overrun: the device got further than the fence (work queued since ran as well)
+        self.stream.run_until(None if self.overrun else self.count)
+
+    def done(self) -> bool:
+        return self.stream.ran >= self.count
+
+    def release(self) -> None:
+        pass
 
 
 class FakeGraph:
@@ -112,8 +150,8 @@ class FakeGraph:
     def replay(self, stream: FakeStream) -> None:
         assert not self.closed, "replay of a closed graph"
         self.replays += 1
-        for w in self.work:
-            w()
+        work = self.work
+        stream.enqueue(lambda: [w() for w in work])
 
     def close(self) -> None:
         assert not self.closed, "graph closed twice"
@@ -149,8 +187,11 @@ class FakeRuntime:
     device = "fake:0"
     granularity = 256
 
-    def __init__(self, budget: int = 1 << 30) -> None:
+    def __init__(self, budget: int = 1 << 30, lag: bool = False) -> None:
         self._budget = budget
+        self.lag = lag
+        #: lagging: a fence's wait also runs the work queued after the fence
+        self.overrun = False
         self.allocations = 0
         self.live = 0
         self.uploads = 0
@@ -168,7 +209,10 @@ class FakeRuntime:
         return self._budget
 
     def new_stream(self) -> Any:
-        return FakeStream()
+        return FakeStream(self.lag)
+
+    def fence(self, stream: FakeStream) -> StreamFence:
+        return StreamFence(stream, self.overrun)
 
     def _refuse(self, what: str) -> None:
         """CUDA's answer to an unsafe call while a stream captures: 900, capture invalid."""
@@ -230,18 +274,21 @@ class FakeRuntime:
     def upload(self, array: np.ndarray, out: FakeTensor, stream: Any) -> FakeTensor:
         assert isinstance(out, FakeTensor) and out.shape == array.shape
         self._refuse("cuMemcpyHtoDAsync from pageable memory")
-        np.copyto(out.array, array)
+        staged = np.array(array, copy=True)      # the driver stages pageable memory at once
+        stream.enqueue(lambda: np.copyto(out.array, staged))
         self.uploads += 1
         return out
 
     def download(self, tensor: FakeTensor, stream: Any) -> np.ndarray:
         assert isinstance(tensor, FakeTensor)
         self._refuse("cuMemcpyDtoH")
+        stream.run_until()                       # after the work queued on this stream
         self.downloads += 1
         return tensor.array.copy()
 
     def synchronize(self, stream: Any) -> None:
         self._refuse("cuStreamSynchronize")
+        stream.run_until()
 
     def copy(self, src: FakeTensor, dst: FakeTensor, stream: Any) -> FakeTensor:
         assert isinstance(src, FakeTensor) and isinstance(dst, FakeTensor)
@@ -372,6 +419,9 @@ class FakeKernel:
     def supports(self, meta: Any) -> Support:
         if any(s is not None and s.dtype != np.float32 for s in meta.inputs):
             return Support.no("fake device kernels take float32 only")
+        if self.key.op_type == "ArgMax" and (meta.attrs.get("keepdims", 1) != 0
+                                            or meta.attrs.get("axis", 0) != -1):
+            return Support.no("the fake ArgMax is the last axis's, keepdims 0")
         return Support.YES
 
     def capture_support(self) -> CaptureSupport:
@@ -419,12 +469,12 @@ class FakeDevicePlugin:
     """Registers provider ``fake`` (priority 50) with kernels for ``ops``."""
 
     def __init__(self, ops: tuple[str, ...] = ("Add", "Relu", "MatMul"), scratch: int = 0,
-                 budget: int = 1 << 30, control_flow: bool = False) -> None:
-        self.runtime = FakeRuntime(budget)
+                 budget: int = 1 << 30, control_flow: bool = False, lag: bool = False) -> None:
+        self.runtime = FakeRuntime(budget, lag)
         #: the core's device If / Loop / Scan, registered for ``fake`` when asked
         self.control_flow = control_flow
         table = {"Add": np.add, "Relu": lambda x: np.maximum(x, 0), "MatMul": np.matmul,
-                 "Mul": np.multiply}
+                 "Mul": np.multiply, "ArgMax": lambda x: np.argmax(x, axis=-1)}
         self.kernels: dict[str, FakeKernel] = {
             op: FakeReshape() if op == "Reshape" else FakeKernel(op, table[op], scratch=scratch)
             for op in ops}

@@ -534,10 +534,10 @@ class FakeGqaPlugin:
     """Registers :class:`FakeGqa` for provider ``fake``; pass ``plugins()`` to a Session
     (with the fake device itself, whose other ops are none: they run on cpu_reference)."""
 
-    def __init__(self) -> None:
+    def __init__(self, ops: tuple[str, ...] = (), lag: bool = False) -> None:
         from tests.helpers.fake_device import FakeDevicePlugin
 
-        self.device = FakeDevicePlugin(ops=())
+        self.device = FakeDevicePlugin(ops=ops, lag=lag)
         self.runtime = self.device.runtime
         self.kernel = FakeGqa()
 

@@ -223,6 +223,9 @@ class RunOptions:
 
     def add_run_config_entry(self, key: str, value: str) -> None:
         self._config[str(key)] = str(value)
+        if key == "disable_synchronize_execution_providers":
+            # "1": run_with_iobinding returns once the device work is queued
+            self._native.synchronize = str(value) != "1"
 
     def get_run_config_entry(self, key: str) -> str:
         """:raises InvalidArgument: (a RuntimeError) ``key`` was never added."""

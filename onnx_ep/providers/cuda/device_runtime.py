@@ -18,6 +18,7 @@ from onnx_ep.core.memory import Reservation
 from onnx_ep.providers.cuda import copies, graphs
 from onnx_ep.providers.cuda.allocator import BLOCK_GRANULARITY, CudaAllocator, DeviceAllocation
 from onnx_ep.providers.cuda.device import Device, Event, Stream, get_device
+from onnx_ep.providers.cuda.paging import CudaFence
 from onnx_ep.providers.cuda.tensor import DeviceTensor
 
 if TYPE_CHECKING:
@@ -52,6 +53,14 @@ class CudaRuntime:
         self.cuda_device = device
         self.device = f"cuda:{device.ordinal}"
         self.allocator = CudaAllocator.for_device(device, None)
+        self._fences: list[Event] = []       # released fence events, reused
+
+    def fence(self, stream: Stream) -> CudaFence:
+        """Mark the work queued on ``stream`` so far: ``wait()`` blocks the host until it is
+        done (not for work queued later), ``release()`` recycles the event."""
+        event = self._fences.pop() if self._fences else self.cuda_device.new_event()
+        event.record(stream)
+        return CudaFence(event, self._fences)
 
     def budget(self) -> int:
         """Free device memory now (``cuMemGetInfo``)."""
