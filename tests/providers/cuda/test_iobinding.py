@@ -106,3 +106,35 @@ def test_torch_tensors_in_and_out_through_dlpack(cuda_device):
     # run() takes device Tensors too and returns numpy
     got = s.run(None, {"x": Tensor.from_dlpack(xt)})
     np.testing.assert_array_equal(got[0], ey)
+
+
+def test_runs_that_do_not_wait_chain_on_the_device(cuda_device):
+    """RunOptions(synchronize=False): each run feeds the next on the device without the host
+    waiting; a readback taken after a run gives that run's output while later ones are
+    queued; synchronize_outputs() waits for the last."""
+    from onnx_ep.core.device_io import readback
+
+    sess = onnx_ep.Session(_model(), providers=["cuda"])
+    b = sess.io_binding()
+    outs = [Tensor.empty((6, 4), np.float32, "cuda") for _ in range(2)]
+    x = Tensor.from_numpy(X, "cuda")
+    want, reads = X, []
+    for i in range(6):
+        b.bind_input("x", x)
+        b.bind_output("y", outs[i % 2])
+        sess.run_with_iobinding(b, onnx_ep.RunOptions(synchronize=False))
+        reads.append(readback(sess, outs[i % 2]))
+        x = outs[i % 2]
+        want = _ref(want)[0]
+        if i >= 1:
+            np.testing.assert_array_equal(reads[i - 1](), _ref_chain(i))
+    b.synchronize_outputs()
+    np.testing.assert_array_equal(outs[1].numpy(), want)
+    sess.close()
+
+
+def _ref_chain(steps: int) -> np.ndarray:
+    x = X
+    for _ in range(steps):
+        x = _ref(x)[0]
+    return x
