@@ -606,3 +606,11 @@ def test_gbq_supports_and_infer_outputs():
 def test_gbq_declines_with_a_reason(meta, why):
     s = GBQ.supports(meta)
     assert not s and why in s.reason, s.reason
+
+
+def test_many_rows_of_b_take_four_a_thread_with_two_chunks_each():
+    # 20 chunks a row: 8 threads of 3 for a narrow B, 16 of 2 (held for 4 rows) for a wide one
+    narrow = nb.gemv_geometry(_plan(320, 77, 64, 8), 1)
+    assert (narrow.rb, narrow.tpr, narrow.cpt) == (1, 8, 3)
+    wide = nb.gemv_geometry(_plan(320, 40000, 64, 8), 1)
+    assert (wide.rb, wide.tpr, wide.cpt) == (nb.GEMV_RB, 16, 2)

@@ -176,6 +176,11 @@ def gemv_shared_bytes(plan: NBitsPlan, m: int) -> int:
     return 4 * m * (a_stride(plan.padded_k) + plan.padded_k // 16)
 
 
+def _threads_per_row(chunks: int, each: int) -> int:
+    """Threads (a power of two, 8 to 256) for a row of ``chunks``, ``each`` a thread."""
+    return min(GEMV_THREADS, max(8, _pow2_at_least(-(-chunks // each))))
+
+
 def gemv_geometry(plan: NBitsPlan, m: int) -> Gemv | None:
     """THE route decision: the gemv launch for ``m`` rows of A, or ``None`` for the gemm
     route (too many rows, rows of B that are not whole 16-byte chunks, A too large to stage).
@@ -184,10 +189,9 @@ def gemv_geometry(plan: NBitsPlan, m: int) -> Gemv | None:
     two with more (8 to 256), so every load of a row is in flight at once (a longer row
     takes passes of ``cpt`` chunks; on the H200 the 0.5B down projection, 152 chunks a
     row, took 10.1 us with 64 threads of 3 against 13.2 with 128 of 2 and 15.5 with 256 of
-    1, L2 flushed). With
-    one row of A and more rows of B than :data:`GEMV_TARGET_THREADS` threads cover, a thread
-    takes :data:`GEMV_RB` rows. Blocks shrink to :data:`GEMV_MIN_THREADS` threads while there
-    are fewer than :data:`GEMV_MIN_BLOCKS`.
+    1, L2 flushed). With one row of A and more rows of B than :data:`GEMV_TARGET_THREADS`
+    threads cover, a thread takes :data:`GEMV_RB` rows, two chunks of each. Blocks shrink to
+    :data:`GEMV_MIN_THREADS` threads while there are fewer than :data:`GEMV_MIN_BLOCKS`.
     """
     rb = row_bytes(plan)
     if not 1 <= m <= GEMV_MAX_M or rb % 16:
@@ -197,11 +201,12 @@ def gemv_geometry(plan: NBitsPlan, m: int) -> Gemv | None:
         return None
     rows = next(r for r in GEMV_ROWS if r >= m)
     chunks = rb // 16
-    tpr = min(GEMV_THREADS, max(8, _pow2_at_least(-(-chunks // (3 if rows == 1 else 2)))))
-    per_thread = -(-chunks // tpr)
-    rb_rows = GEMV_RB if (rows == 1 and per_thread <= GEMV_MAXU[(1, GEMV_RB)]
-                          and plan.n * tpr >= GEMV_RB * GEMV_TARGET_THREADS) else 1
-    cpt = min(per_thread, GEMV_MAXU[(rows, rb_rows)])
+    tpr = _threads_per_row(chunks, 3 if rows == 1 else 2)
+    rb_rows = 1
+    wide = _threads_per_row(chunks, GEMV_MAXU[(1, GEMV_RB)])
+    if rows == 1 and plan.n * wide >= GEMV_RB * GEMV_TARGET_THREADS:
+        rb_rows, tpr = GEMV_RB, wide
+    cpt = min(-(-chunks // tpr), GEMV_MAXU[(rows, rb_rows)])
     threads = GEMV_THREADS
     while (threads > max(tpr, GEMV_MIN_THREADS)
            and -(-plan.n // (threads // tpr * rb_rows)) < GEMV_MIN_BLOCKS):
