@@ -124,6 +124,32 @@ def test_several_rows_of_b_a_thread(cuda_device, monkeypatch, dtype, bits, block
     _check(case)
 
 
+@pytest.mark.parametrize("dtype", [np.float16, FLOATS["bfloat16"]], ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("block", [32, 64, 256])
+@pytest.mark.parametrize("zp", [None, "packed"])
+@pytest.mark.parametrize("m", [1, 3, 8])
+def test_tensor_core_gemv(cuda_device, monkeypatch, dtype, block, zp, m):
+    """nbits_mma on every option it takes, forced on a small B: 77 rows (the last 16-row
+    group partly past N), 10 units of 32 codes split over 8 warps (some with none), a bias,
+    and a partial last block (K = 320)."""
+    monkeypatch.setattr(nb, "MMA_MIN_GROUPS", 1)
+    launched = record_launches(monkeypatch)
+    case = NBitsCase(k=320, n=77, block=block, a_shape=(m, 320), dtype=dtype, zp=zp,
+                     bias=True, seed=block + m)
+    _check(case)
+    assert [name for name, *_ in launched] == [f"nbits_mma_b4_{nb.suffix(np.dtype(dtype))}"]
+
+
+def test_both_routes_of_the_lm_head_keep_the_promise(cuda_device, monkeypatch):
+    """An LM head's shape (at a quarter of its N) on both routes, each within the promise."""
+    launched = record_launches(monkeypatch)
+    case = NBitsCase(k=896, n=40000, block=32, a_shape=(1, 1, 896), dtype=np.float16, seed=4)
+    _check(case)
+    monkeypatch.setattr(nb, "MMA_ROUTE", False)
+    _check(case)
+    assert [name for name, *_ in launched] == ["nbits_mma_b4_f16", "nbits_gemv_b4_m1r4_f16"]
+
+
 @needs_nvmath
 @pytest.mark.parametrize("dtype", [np.float16, FLOATS["bfloat16"]], ids=["float16", "bfloat16"])
 def test_prefill_in_chunks(cuda_device, monkeypatch, dtype):
@@ -202,11 +228,21 @@ def test_captured_replays_equal_eager_runs_bit_for_bit(cuda_device, dtype, m):
     check_replays_match_eager(case.model, case.feeds)
 
 
-def test_runs_are_deterministic(cuda_device):
+@pytest.mark.parametrize("m", [1, 3])
+def test_tensor_core_replays_equal_eager_runs_bit_for_bit(cuda_device, monkeypatch, m):
+    monkeypatch.setattr(nb, "MMA_MIN_GROUPS", 1)
+    case = NBitsCase(k=896, n=4864, block=32, a_shape=(1, m, 896), dtype=np.float16,
+                     zp="packed", bias=True, seed=30 + m)
+    check_replays_match_eager(case.model, case.feeds)
+
+
+@pytest.mark.parametrize("k,n", [(4864, 896), (896, 4864)], ids=["gemv", "mma"])
+def test_runs_are_deterministic(cuda_device, monkeypatch, k, n):
     from onnx_ep import Session
 
-    case = NBitsCase(k=4864, n=896, block=32, a_shape=(1, 1, 4864), dtype=np.float16,
-                     seed=7)
+    monkeypatch.setattr(nb, "MMA_MIN_GROUPS", 1)
+
+    case = NBitsCase(k=k, n=n, block=32, a_shape=(1, 1, k), dtype=np.float16, seed=7)
     sess = Session(case.model, providers=["cuda"])
     try:
         first = np.asarray(sess.run(None, case.feeds, _eager())[0])

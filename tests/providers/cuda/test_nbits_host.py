@@ -87,6 +87,7 @@ def test_bind_without_attributes_keeps_a_promise():
 def _symbols() -> set[str]:
     src = (Path(nb.__file__).parent / "nbits.cu").read_text()
     names = set(re.findall(r'extern "C" __global__ void (\w+)\(', src))
+    names |= {f"nbits_mma_b4_{s}" for s in re.findall(r"^EP_NB_MMA\(\w+, (\w+)\)$", src, re.M)}
     types = re.findall(r"^EP_NB\((\w+), (\w+)\)$", src, re.M)
     bits = re.findall(r"EP_NB_BITS\(T, S, (\d+)\)", re.search(r"#define EP_NB\(T, S\).*",
                                                               src).group(0))
@@ -116,6 +117,8 @@ def test_every_symbol_the_host_can_pick_is_instantiated():
                 assert f"gbq_{part}_{suffix(i)}_{suffix(o)}" in built
     assert {"nbits_gemv_b4_m1r1_f16", "gbq_u8_i64_f32", "nbits_scatter_b16"} <= built
     assert {rows for rows, _ in nb.GEMV_MAXU} == set(nb.GEMV_ROWS)
+    for dtype in nb.MMA_FLOATS:
+        assert f"nbits_mma_b4_{suffix(dtype)}" in built
 
 
 def test_each_gemv_kernel_holds_the_chunks_the_host_plans():
@@ -128,7 +131,7 @@ def test_each_gemv_kernel_holds_the_chunks_the_host_plans():
 
 def test_struct_layouts_match_the_source():
     src = (Path(nb.__file__).parent / "nbits.cu").read_text()
-    for cls, name in ((nb.NbGeo, "NbGeo"), (gq.GbqGeo, "GbqGeo")):
+    for cls, name in ((nb.NbGeo, "NbGeo"), (nb.NbMma, "NbMma"), (gq.GbqGeo, "GbqGeo")):
         body = re.search(r"struct %s \{(.*?)\};" % name, src, re.S).group(1)
         fields = re.findall(r"^\s*(long long|int) (\w+);", body, re.M)
         assert [f for _, f in fields] == [f for f, _ in cls._fields_], name
@@ -614,3 +617,50 @@ def test_many_rows_of_b_take_four_a_thread_with_two_chunks_each():
     assert (narrow.rb, narrow.tpr, narrow.cpt) == (1, 8, 3)
     wide = nb.gemv_geometry(_plan(320, 40000, 64, 8), 1)
     assert (wide.rb, wide.tpr, wide.cpt) == (nb.GEMV_RB, 16, 2)
+
+
+@pytest.mark.parametrize("k,n,m,want", [
+    # Qwen2.5-0.5B decode: up/gate, down, qkv, lm_head: (kw, units a warp, blocks, smem)
+    (896, 151936, 1, (1, 28, 1187, 5888)),
+    (896, 151936, 8, (1, 28, 1187, 18432)),
+    (896, 40000, 1, (1, 28, 313, 5888)),
+    # fewer 16-row groups than the GPU holds warps: the float32 gemv
+    (896, 4864, 1, None),
+    (4864, 896, 1, None),
+    (896, 1152, 1, None),
+])
+def test_tensor_core_gemv_geometry_of_decode_shapes(k, n, m, want):
+    g = nb.mma_geometry(_plan(k, n), m, F16, 0, 90)
+    if want is None:
+        assert g is None and nb.gemv_geometry(_plan(k, n), m) is not None
+        return
+    assert (g.kw, g.upw, g.grid[0], g.shared_bytes) == want
+    assert g.block == (nb.MMA_THREADS, 1, 1)
+
+
+@pytest.mark.parametrize("change,why", [
+    (dict(arch=75), "no mma.m16n8k16 before sm_80"),
+    (dict(dtype=np.float32), "float32 A"),
+    (dict(zp=2), "typed zero points"),
+    (dict(bits=8), "8-bit codes"),
+    (dict(block=16), "blocks of 16"),
+    (dict(k=880), "K not a multiple of 32"),
+    (dict(m=9), "more than 8 rows"),
+    (dict(k=32000, m=2), "A too large to stage"),
+])
+def test_tensor_core_gemv_declines(change, why):
+    c = dict(k=896, n=151936, block=32, bits=4, m=1, dtype=F16, zp=0, arch=90) | change
+    plan = _plan(c["k"], c["n"], c["block"], c["bits"])
+    assert nb.mma_geometry(plan, c["m"], c["dtype"], c["zp"], c["arch"]) is None, why
+
+
+def test_tensor_core_gemv_is_off_when_asked(monkeypatch):
+    assert nb.mma_geometry(_plan(896, 151936), 1, F16, 0, 90) is not None
+    monkeypatch.setattr(nb, "MMA_ROUTE", False)
+    assert nb.mma_geometry(_plan(896, 151936), 1, F16, 0, 90) is None
+
+
+def test_tensor_core_gemv_with_few_rows_splits_k_over_warps(monkeypatch):
+    monkeypatch.setattr(nb, "MMA_MIN_GROUPS", 1)
+    g = nb.mma_geometry(_plan(896, 4864), 1, F16, 0, 90)
+    assert (g.kw, g.upw, g.grid[0]) == (8, 4, 304)

@@ -429,6 +429,237 @@ __device__ void nbits_gemv(const T* __restrict__ a, const u8* __restrict__ b,
     }
 }
 
+// ------------------------------------------------------------------ gemv on tensor cores
+
+// nbits_mma_b4_<T> (T f16 or bf16, sm_80+): Y = A W^T (+ bias) for M <= 8 rows of A, 4-bit
+// codes, block_size a multiple of 32, zero points none or packed uint8, K a multiple of 32
+// (the host takes this route only then). A warp takes 16 rows of B (base + g, base + g + 8
+// for lane group g = lane / 4) and a range of 32-code units of them; lane q = lane % 4 holds
+// word q of a unit (codes 8q .. 8q + 7) of both rows. Each code pair becomes an exact pair of
+// T by the magic trick (0x6400 | code is 1024 + code in f16, 0x4300 | code 128 + code in
+// bf16) less the same magic of the zero point: code - zp, exactly. Two mma.m16n8k16 steps
+// take a unit, their k order the word's codes 0,4,1,5 | 2,6,3,7, and A is staged in shared
+// memory as T in that order, so a lane's B fragment (column g: row g of A) is 4 consecutive
+// values. A unit's sum (exact products, float32 sums in the tensor core) is scaled by its
+// block's scale in float32 and accumulated; kw warps sharing 16 rows split the units and add
+// their sums in shared memory in a fixed order (deterministic). The bias is added in float32
+// and the sum rounded once to T.
+struct NbMma {
+    long long n;       // N
+    int k;             // K (a multiple of 32)
+    int m;             // rows of A (<= 8)
+    int n_blocks;      // blocks per row of B
+    int log2_block;    // log2(block_size) (>= 5)
+    int row_bytes;     // bytes of a row of B
+    int units;         // K / 32
+    int kw;            // warps sharing 16 rows (1, 2, 4 or 8)
+    int upw;           // units per warp: ceil(units / kw)
+    int zp_mode;       // 0 none, 1 packed uint8
+    int zp_row_bytes;  // bytes of a row of packed zero points
+    int prefetch;      // 1: start the next units' bytes for L2 before this batch's math
+};
+
+// units whose loads a lane has in flight at once
+#define MMA_UNROLL 8
+#define MMA_THREADS 256
+
+template <class T> struct MmaOf;
+template <> struct MmaOf<f16> {
+    static constexpr u32 MAGIC = 0x64006400u;   // 1024 in both halves
+    static constexpr u32 ONE = 0x3C003C00u;
+    static constexpr int BASE = 1024;
+    static __device__ __forceinline__ u32 pair(int v) {      // v (exact) in both halves
+        const u32 h = bits16(__float2half_rn((float)v));
+        return h | (h << 16);
+    }
+};
+template <> struct MmaOf<bf16> {
+    static constexpr u32 MAGIC = 0x43004300u;   // 128 in both halves
+    static constexpr u32 ONE = 0x3F803F80u;
+    static constexpr int BASE = 128;
+    static __device__ __forceinline__ u32 pair(int v) {
+        const u32 h = bits16(__float2bfloat16_rn((float)v));
+        return h | (h << 16);
+    }
+};
+
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+// x - z on pairs of T, as x * 1 + (-z): exact for these small integers
+template <class T> __device__ __forceinline__ u32 pair_minus(u32 x, u32 neg_z);
+template <> __device__ __forceinline__ u32 pair_minus<f16>(u32 x, u32 neg_z) {
+    u32 r;
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(x), "r"(MmaOf<f16>::ONE), "r"(neg_z));
+    return r;
+}
+template <> __device__ __forceinline__ u32 pair_minus<bf16>(u32 x, u32 neg_z) {
+    u32 r;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(x), "r"(MmaOf<bf16>::ONE), "r"(neg_z));
+    return r;
+}
+
+template <class T>
+__device__ __forceinline__ void mma16816(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3,
+                                         u32 b0, u32 b1);
+template <> __device__ __forceinline__ void mma16816<f16>(float (&d)[4], u32 a0, u32 a1,
+                                                          u32 a2, u32 a3, u32 b0, u32 b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+template <> __device__ __forceinline__ void mma16816<bf16>(float (&d)[4], u32 a0, u32 a1,
+                                                           u32 a2, u32 a3, u32 b0, u32 b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// codes (s, s + 4) of word w as a pair of magic T: (w >> 4s) & 0x000F000F | MAGIC
+template <class T>
+__device__ __forceinline__ u32 code_pair(u32 w, int s) {
+    u32 r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(w >> (4 * s)), "r"(0x000F000Fu),
+        "r"(MmaOf<T>::MAGIC));
+    return r;
+}
+#endif
+
+// A [m, K] into shared memory as T, each 8 values in the order 0,4,1,5,2,6,3,7
+template <class T>
+__device__ __forceinline__ void stage_a_mma(const T* __restrict__ a, T* __restrict__ as,
+                                            const NbMma& g) {
+    const int total = g.m * g.k;
+    if ((reinterpret_cast<size_t>(a) & 15) == 0) {
+        for (int i = threadIdx.x * 8; i < total; i += blockDim.x * 8) {
+            const uint4 v = __ldg(reinterpret_cast<const uint4*>(a + i));
+            uint4 p;
+            p.x = __byte_perm(v.x, v.z, 0x5410);
+            p.y = __byte_perm(v.x, v.z, 0x7632);
+            p.z = __byte_perm(v.y, v.w, 0x5410);
+            p.w = __byte_perm(v.y, v.w, 0x7632);
+            *reinterpret_cast<uint4*>(as + i) = p;
+        }
+        return;
+    }
+    for (int i = threadIdx.x; i < total; i += blockDim.x) {
+        const int j = i & 7;
+        as[(i & ~7) | ((j & 3) << 1) | (j >> 2)] = a[i];
+    }
+}
+
+template <class T>
+__device__ void nbits_mma(const T* __restrict__ a, const u8* __restrict__ b,
+                          const T* __restrict__ scales, const u8* __restrict__ zp,
+                          const T* __restrict__ bias, T* __restrict__ y, NbMma g) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+    extern __shared__ float4 nb_smem[];
+    T* as = reinterpret_cast<T*>(nb_smem);
+    float* red = reinterpret_cast<float*>(as + g.m * g.k);   // [warps][32 lanes][4]
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int gr = lane >> 2, q = lane & 3;
+    const int groups = (blockDim.x >> 5) / g.kw;        // 16-row groups a block takes
+    const int grp = warp / g.kw, part = warp % g.kw;
+    stage_a_mma<T>(a, as, g);
+    __syncthreads();
+    // column gr of the B fragment is row gr of A (rows past M read row 0; dropped)
+    const T* xa = as + (gr < g.m ? gr : 0) * g.k + 8 * q;
+    const int u0 = part * g.upw, u1 = min(u0 + g.upw, g.units);
+    const long long step = (long long)gridDim.x * groups * 16;
+    // the loop is the block's (uniform: the partial sums meet at barriers)
+    for (long long first = (long long)blockIdx.x * groups * 16; first < g.n; first += step) {
+        const long long base = first + grp * 16;
+        // rows past N read the last row (their sums are dropped)
+        const long long ra = min(base + gr, g.n - 1), rb = min(base + gr + 8, g.n - 1);
+        const u32* wa_row = reinterpret_cast<const u32*>(b + ra * g.row_bytes) + q;
+        const u32* wb_row = reinterpret_cast<const u32*>(b + rb * g.row_bytes) + q;
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (base < g.n) {
+            for (int u = u0; u < u1; u += MMA_UNROLL) {
+                // the next units' codes and scales start for L2 now: their loads come
+                // after this batch's arithmetic, which would otherwise wait on DRAM
+                if (g.prefetch && u + MMA_UNROLL < u1) {
+                    const int nu = u + MMA_UNROLL;
+                    const void* p = q == 0 ? (const void*)(wa_row + 4 * nu)
+                                  : q == 1 ? (const void*)(wb_row + 4 * nu)
+                                  : (const void*)(scales + (q == 2 ? ra : rb) * g.n_blocks +
+                                                  ((nu * 32) >> g.log2_block));
+                    asm volatile("prefetch.global.L2 [%0];" :: "l"(p));
+                }
+                u32 wa[MMA_UNROLL], wb[MMA_UNROLL];
+                float sa[MMA_UNROLL], sb[MMA_UNROLL];
+                int za[MMA_UNROLL], zb[MMA_UNROLL];
+#pragma unroll
+                for (int i = 0; i < MMA_UNROLL; ++i) {
+                    if (u + i >= u1) break;
+                    const int blk = ((u + i) * 32) >> g.log2_block;
+                    wa[i] = __ldg(wa_row + 4 * (u + i));
+                    wb[i] = __ldg(wb_row + 4 * (u + i));
+                    sa[i] = to_f32(__ldg(scales + ra * g.n_blocks + blk));
+                    sb[i] = to_f32(__ldg(scales + rb * g.n_blocks + blk));
+                    if (g.zp_mode == 1) {
+                        const int shift = (blk & 1) * 4;
+                        za[i] = (__ldg(zp + ra * g.zp_row_bytes + (blk >> 1)) >> shift) & 15;
+                        zb[i] = (__ldg(zp + rb * g.zp_row_bytes + (blk >> 1)) >> shift) & 15;
+                    } else {
+                        za[i] = zb[i] = 8;
+                    }
+                }
+#pragma unroll
+                for (int i = 0; i < MMA_UNROLL; ++i) {
+                    if (u + i >= u1) break;
+                    const u32 nza = MmaOf<T>::pair(-(MmaOf<T>::BASE + za[i]));
+                    const u32 nzb = MmaOf<T>::pair(-(MmaOf<T>::BASE + zb[i]));
+                    const uint2 x0 = *reinterpret_cast<const uint2*>(xa + (u + i) * 32);
+                    const uint2 x1 = *reinterpret_cast<const uint2*>(xa + (u + i) * 32 + 4);
+                    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    mma16816<T>(d, pair_minus<T>(code_pair<T>(wa[i], 0), nza),
+                                pair_minus<T>(code_pair<T>(wb[i], 0), nzb),
+                                pair_minus<T>(code_pair<T>(wa[i], 1), nza),
+                                pair_minus<T>(code_pair<T>(wb[i], 1), nzb), x0.x, x0.y);
+                    mma16816<T>(d, pair_minus<T>(code_pair<T>(wa[i], 2), nza),
+                                pair_minus<T>(code_pair<T>(wb[i], 2), nzb),
+                                pair_minus<T>(code_pair<T>(wa[i], 3), nza),
+                                pair_minus<T>(code_pair<T>(wb[i], 3), nzb), x1.x, x1.y);
+                    acc[0] = fmaf(sa[i], d[0], acc[0]);
+                    acc[1] = fmaf(sa[i], d[1], acc[1]);
+                    acc[2] = fmaf(sb[i], d[2], acc[2]);
+                    acc[3] = fmaf(sb[i], d[3], acc[3]);
+                }
+            }
+        }
+        if (g.kw > 1) {
+            float* mine = red + (warp * 32 + lane) * 4;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) mine[j] = acc[j];
+            __syncthreads();
+            if (part == 0) {
+                for (int p = 1; p < g.kw; ++p) {
+                    const float* other = red + ((warp + p) * 32 + lane) * 4;
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) acc[j] += other[j];
+                }
+            }
+            __syncthreads();
+        }
+        if (part == 0 && base < g.n) {
+            // d[0], d[1]: row gr, columns 2q, 2q + 1; d[2], d[3]: row gr + 8
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const int col = 2 * q + (j & 1);
+                const long long row = base + gr + (j >> 1) * 8;
+                if (col < g.m && row < g.n) {
+                    const float bv = bias ? to_f32(bias[row]) : 0.0f;
+                    y[(long long)col * g.n + row] = round_from32<T>(acc[j] + bv);
+                }
+            }
+        }
+    }
+#else
+    __trap();
+#endif
+}
+
 // ------------------------------------------------------------------ dequantize (large M)
 
 // one thread per 16-code group of rows [n0, n0 + rows): w[r, k] for k < K, row stride K;
@@ -560,10 +791,18 @@ extern "C" __global__ void nbits_dequant_b##BITS##_##S(const u8* b, const T* sca
     nbits_dequant<T, BITS>(b, scales, zp, w, g, n0, rows, vec);                             \
 }
 #define EP_NB(T, S) EP_NB_BITS(T, S, 2) EP_NB_BITS(T, S, 4) EP_NB_BITS(T, S, 8)
+#define EP_NB_MMA(T, S)                                                                      \
+extern "C" __global__ void __launch_bounds__(MMA_THREADS)                                   \
+nbits_mma_b4_##S(const T* a, const u8* b, const T* scales, const u8* zp, const T* bias,     \
+                 T* y, NbMma g) {                                                            \
+    nbits_mma<T>(a, b, scales, zp, bias, y, g);                                              \
+}
 
 EP_NB(float, f32)
 EP_NB(f16, f16)
 EP_NB(bf16, bf16)
+EP_NB_MMA(f16, f16)
+EP_NB_MMA(bf16, bf16)
 
 extern "C" __global__ void nbits_scatter_b16(unsigned short* y, const unsigned short* src,
                                              long long m, long long cols, long long n,
