@@ -23,14 +23,7 @@ PROMPT = [5, 9, 3, 7]
 @pytest.fixture(scope="module")
 def gqa_folder(tmp_path_factory):
     folder = tmp_path_factory.mktemp("gqa")
-    w = gm.weights()
-    import json
-
-    import onnx
-
-    onnx.save(gm.build_model(w, "gqa"), str(folder / "model.onnx"))
-    (folder / "genai_config.json").write_text(json.dumps(gm.genai_config("gqa")))
-    return folder, w
+    return folder, gm.write_folder(folder, "gqa")
 
 
 def _ort_greedy(model_path, prompt, new, max_length):

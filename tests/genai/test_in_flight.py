@@ -11,8 +11,6 @@ same generator on cpu_reference, where nothing is queued ahead.
 
 from __future__ import annotations
 
-import json
-
 import attrs
 import numpy as np
 import pytest
@@ -27,13 +25,8 @@ PROMPT = [5, 9, 3, 7]
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
-    import onnx
-
     path = tmp_path_factory.mktemp("in_flight")
-    w = gm.weights()
-    onnx.save(gm.build_model(w, "gqa"), str(path / "model.onnx"))
-    (path / "genai_config.json").write_text(json.dumps(gm.genai_config("gqa")))
-    return path, w
+    return path, gm.write_folder(path, "gqa")
 
 
 def _fake(path, overrun=False, **options):
@@ -73,13 +66,18 @@ def _pair(path, **search):
     return model, oracle
 
 
-def _run(model, prompts, steps, eos=None, **search):
-    if eos is not None:
-        model.config = attrs.evolve(model.config, eos_token_ids=eos)
+def _generator(model, prompts, **search):
     params = genai.GeneratorParams(model)
     params.set_search_options(max_length=32, batch_size=len(prompts), **search)
     gen = genai.Generator(model, params)
     gen.append_tokens(prompts)
+    return gen
+
+
+def _run(model, prompts, steps, eos=None, **search):
+    if eos is not None:
+        model.config = attrs.evolve(model.config, eos_token_ids=eos)
+    gen = _generator(model, prompts, **search)
     logits = []
     for _ in range(steps):
         if gen.is_done():
@@ -143,10 +141,7 @@ def test_logits_are_read_as_without_a_step_in_flight(folder):
     _same_logits(got_logits, want_logits)
     first = []
     for m in (model, oracle):
-        params = genai.GeneratorParams(m)
-        params.set_search_options(max_length=32)
-        gen = genai.Generator(m, params)
-        gen.append_tokens(PROMPT)
+        gen = _generator(m, [PROMPT])
         first.append(gen.get_logits())
         gen.close()
     np.testing.assert_allclose(first[0], first[1], rtol=1e-5, atol=1e-5)
@@ -159,10 +154,7 @@ def test_appending_after_generating_takes_the_queued_step(folder):
     model, oracle = _pair(path)
     out = []
     for m in (model, oracle):
-        params = genai.GeneratorParams(m)
-        params.set_search_options(max_length=32)
-        gen = genai.Generator(m, params)
-        gen.append_tokens(PROMPT)
+        gen = _generator(m, [PROMPT])
         for _ in range(5):
             gen.generate_next_token()
         gen.append_tokens([11, 12])
@@ -176,10 +168,7 @@ def test_appending_after_generating_takes_the_queued_step(folder):
 def test_close_waits_for_the_queued_step(folder):
     path, _ = folder
     model, plug = _fake(path)
-    params = genai.GeneratorParams(model)
-    params.set_search_options(max_length=32)
-    gen = genai.Generator(model, params)
-    gen.append_tokens(PROMPT)
+    gen = _generator(model, [PROMPT])
     for _ in range(4):
         gen.generate_next_token()
     assert gen._queued          # a step on the last token is queued
