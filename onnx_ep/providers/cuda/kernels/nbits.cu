@@ -484,28 +484,36 @@ template <> struct MmaOf<bf16> {
 };
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-// x - z on pairs of T, as x * 1 + (-z) (exact for these small integers), and one
-// mma.m16n8k16 with float32 sums: D += A B (A 16 x 16 row-major, B 16 x 8 column-major)
+// x - z on pairs of T, as x * 1 + (-z): exact for these small integers
 template <class T> __device__ __forceinline__ u32 pair_minus(u32 x, u32 neg_z);
+template <> __device__ __forceinline__ u32 pair_minus<f16>(u32 x, u32 neg_z) {
+    u32 r;
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(x), "r"(MmaOf<f16>::ONE), "r"(neg_z));
+    return r;
+}
+template <> __device__ __forceinline__ u32 pair_minus<bf16>(u32 x, u32 neg_z) {
+    u32 r;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(x), "r"(MmaOf<bf16>::ONE), "r"(neg_z));
+    return r;
+}
+
 template <class T>
 __device__ __forceinline__ void mma16816(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3,
                                          u32 b0, u32 b1);
-#define EP_MMA_OF(T, PTX)                                                                    \
-template <> __device__ __forceinline__ u32 pair_minus<T>(u32 x, u32 neg_z) {                 \
-    u32 r;                                                                                   \
-    asm("fma.rn." PTX "x2 %0, %1, %2, %3;" : "=r"(r) : "r"(x), "r"(MmaOf<T>::ONE),          \
-        "r"(neg_z));                                                                         \
-    return r;                                                                                \
-}                                                                                            \
-template <> __device__ __forceinline__ void mma16816<T>(float (&d)[4], u32 a0, u32 a1,      \
-                                                        u32 a2, u32 a3, u32 b0, u32 b1) {    \
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." PTX "." PTX ".f32 "               \
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"                     \
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                            \
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));                    \
+template <> __device__ __forceinline__ void mma16816<f16>(float (&d)[4], u32 a0, u32 a1,
+                                                          u32 a2, u32 a3, u32 b0, u32 b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
-EP_MMA_OF(f16, "f16")
-EP_MMA_OF(bf16, "bf16")
+template <> __device__ __forceinline__ void mma16816<bf16>(float (&d)[4], u32 a0, u32 a1,
+                                                           u32 a2, u32 a3, u32 b0, u32 b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
 
 // codes (s, s + 4) of word w as a pair of magic T: (w >> 4s) & 0x000F000F | MAGIC
 template <class T>

@@ -528,8 +528,15 @@ class MatMulNBits(CudaKernel):
             raise self.fail(ctx, f"B at 0x{int(b.ptr):x} is not 16-byte aligned (the gemv "
                                  f"reads it 16 bytes at a time)")
         geo.chunks, geo.tpr, geo.cpt = gemv.chunks, gemv.tpr, gemv.cpt
-        self._launch_rows(ctx, f"nbits_gemv_b{bits}_m{gemv.rows}r{gemv.rb}", gemv, geo,
-                          a, b, scales, zp_ptr, bias_ptr, y)
+        fn = self.function(f"nbits_gemv_b{bits}_m{gemv.rows}r{gemv.rb}_{suffix(a.dtype)}", a)
+        if gemv.shared_bytes > GEMV_SMEM_DEFAULT:
+            from onnx_ep.providers.cuda import launch
+
+            launch.allow_dynamic_shared(fn)
+        self.launch(fn, gemv.grid, gemv.block,
+                    [(a.ptr, PTR), (b.ptr, PTR), (scales.ptr, PTR), (zp_ptr, PTR),
+                     (bias_ptr, PTR), (y.ptr, PTR), struct_arg(geo)], ctx.stream,
+                    shared_bytes=gemv.shared_bytes)
 
     def _mma(self, ctx: ExecutionContext, mma: Mma, plan: NBitsPlan, m: int, mode: int,
              a: Any, b: Any, scales: Any, zp_ptr: int, bias_ptr: int, y: Any) -> None:
@@ -538,21 +545,15 @@ class MatMulNBits(CudaKernel):
         geo = NbMma(plan.n, plan.k, m, plan.n_blocks, int(plan.block).bit_length() - 1,
                     row_bytes(plan), plan.k // 32, mma.kw, mma.upw, mode, zp_row_bytes(plan),
                     int(MMA_PREFETCH))
-        self._launch_rows(ctx, "nbits_mma_b4", mma, geo, a, b, scales, zp_ptr, bias_ptr, y)
-
-    def _launch_rows(self, ctx: ExecutionContext, name: str, shape: Gemv | Mma, geo: Any,
-                     a: Any, b: Any, scales: Any, zp_ptr: int, bias_ptr: int,
-                     y: Any) -> None:
-        """Launch a small-M kernel (``<name>_<T>``): A staged in ``shape.shared_bytes``."""
-        fn = self.function(f"{name}_{suffix(a.dtype)}", a)
-        if shape.shared_bytes > GEMV_SMEM_DEFAULT:
+        fn = self.function(f"nbits_mma_b4_{suffix(a.dtype)}", a)
+        if mma.shared_bytes > GEMV_SMEM_DEFAULT:
             from onnx_ep.providers.cuda import launch
 
             launch.allow_dynamic_shared(fn)
-        self.launch(fn, shape.grid, shape.block,
+        self.launch(fn, mma.grid, mma.block,
                     [(a.ptr, PTR), (b.ptr, PTR), (scales.ptr, PTR), (zp_ptr, PTR),
                      (bias_ptr, PTR), (y.ptr, PTR), struct_arg(geo)], ctx.stream,
-                    shared_bytes=shape.shared_bytes)
+                    shared_bytes=mma.shared_bytes)
 
     def _write_bias(self, ctx: ExecutionContext, dst: int, bias_ptr: int, m: int, cols: int,
                     like: Any) -> None:
