@@ -147,6 +147,42 @@ def gemv_model(mem, sym, args, shared):
     mem.view(y_ptr, dtype, g.m * g.n)[:] = acc.reshape(-1).astype(dtype)
 
 
+def mma_model(mem, sym, args, shared):
+    """nbits_mma_b4_<T>: each 32-code unit's exact sum of (code - zero point) * A, rounded to
+    float32 (the tensor core's float32 sums), scaled by its block's scale; the units of a
+    row split into ``kw`` warps' ranges of ``upw`` (each summed in order, the ranges then
+    added in order), as the kernel does."""
+    dtype = SFX[sym.split("_")[3]]
+    a_ptr, b_ptr, s_ptr, zp_ptr, bias_ptr, y_ptr = (int(v) for v, _ in args[:6])
+    g = args[6][0]
+    assert g.k % 32 == 0 and g.units == g.k // 32 and 1 <= g.m <= 8 and g.log2_block >= 5
+    assert g.kw in (1, 2, 4, 8) and g.upw * g.kw >= g.units and g.prefetch in (0, 1)
+    assert shared == 2 * g.m * g.k + 256 * 16
+    f32 = np.float32
+    a = mem.view(a_ptr, dtype, g.m * g.k).reshape(g.m, g.k).astype(np.float64)
+    rows = mem.view(b_ptr, np.uint8, g.n * g.row_bytes).reshape(g.n, g.row_bytes)
+    codes = np.stack([rows & 15, rows >> 4], axis=-1).reshape(g.n, -1)[:, :g.k]
+    scales = mem.view(s_ptr, dtype, g.n * g.n_blocks).reshape(g.n, -1).astype(f32)
+    if g.zp_mode == 1:
+        zrow = mem.view(zp_ptr, np.uint8, g.n * g.zp_row_bytes).reshape(g.n, -1)
+        zp = np.stack([zrow & 15, zrow >> 4], axis=-1).reshape(g.n, -1)[:, :g.n_blocks]
+    else:
+        assert g.zp_mode == 0
+        zp = np.full((g.n, g.n_blocks), 8)
+    acc = np.zeros((g.m, g.n), f32)
+    for p in range(g.kw):
+        part = np.zeros((g.m, g.n), f32)
+        for u in range(p * g.upw, min((p + 1) * g.upw, g.units)):
+            blk = (u * 32) >> g.log2_block
+            q = codes[:, 32 * u:32 * u + 32].astype(np.float64) - zp[:, blk, None]
+            unit = (a[:, 32 * u:32 * u + 32] @ q.T).astype(f32)
+            part = part + scales[None, :, blk] * unit
+        acc = acc + part
+    if bias_ptr:
+        acc = acc + mem.view(bias_ptr, dtype, g.n).astype(f32)
+    mem.view(y_ptr, dtype, g.m * g.n)[:] = acc.reshape(-1).astype(dtype)
+
+
 def dequant_model(mem, sym, args):
     bits, dtype = int(sym.split("_")[2][1:]), SFX[sym.split("_")[3]]
     b_ptr, s_ptr, zp_ptr, w_ptr = (int(v) for v, _ in args[:4])
@@ -189,6 +225,8 @@ def replay(mem, calls, dtype):
         if sym.startswith("nbits_gemv_"):
             assert block[0] % args[6][0].tpr == 0
             gemv_model(mem, sym, args, shared)
+        elif sym.startswith("nbits_mma_"):
+            mma_model(mem, sym, args, shared)
         elif sym.startswith("nbits_dequant_"):
             dequant_model(mem, sym, args)
         elif sym.startswith("broadcast_rows_"):

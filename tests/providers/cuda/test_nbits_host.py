@@ -409,8 +409,8 @@ def _check_mnb(case, monkeypatch, route):
     calls, y = _run(MNB, case.model, mem, inputs, TensorSpec(ref.dtype, ref.shape),
                     monkeypatch)
     kinds = [c[0] if c[0] in ("gemm", "memset") else c[0].split("_b")[0] for c in calls]
-    if route == "gemv":
-        assert kinds == ["nbits_gemv"], kinds
+    if route in ("gemv", "mma"):
+        assert kinds == [f"nbits_{route}"], kinds
     else:
         assert "gemm" in kinds and "nbits_gemv" not in kinds, kinds
     replay(mem, calls, case.dtype)
@@ -438,6 +438,32 @@ def test_gemv_model_keeps_the_promise(monkeypatch, dtype, bits, block, zp, m):
                      bias=m == 3, seed=bits * 7 + block + m)
     route = "gemv" if nb.row_bytes(_plan(case.k, case.n, block, bits)) % 16 == 0 else "gemm"
     _check_mnb(case, monkeypatch, route)
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("block", [32, 64, 256])
+@pytest.mark.parametrize("zp", [None, "packed"])
+@pytest.mark.parametrize("m", [1, 3, 8])
+def test_tensor_core_model_keeps_the_promise(monkeypatch, dtype, block, zp, m):
+    """The tensor-core route's launch (geometry, struct, pointers) replayed by a numpy model
+    of its sums, as on an sm_90 device, forced on a small B: 77 rows and 16 units over 8
+    warps (some with none), a partial last block (K = 512 - 32)."""
+    monkeypatch.setattr(nb, "_arch", lambda ctx: 90)
+    monkeypatch.setattr(nb, "MMA_MIN_GROUPS", 1)
+    case = NBitsCase(k=480, n=77, block=block, a_shape=(m, 480), dtype=dtype, zp=zp,
+                     bias=m != 1, seed=block + m)
+    calls = _check_mnb(case, monkeypatch, "mma")
+    g = calls[0][3][6][0]
+    assert (g.kw, g.upw, g.units, g.zp_mode) == (8, 2, 15, 0 if zp is None else 1)
+
+
+@pytest.mark.parametrize("dtype,zp,bits", [(F32, None, 4), (F16, "typed", 4), (F16, None, 8)])
+def test_what_the_tensor_cores_do_not_take_stays_on_the_gemv(monkeypatch, dtype, zp, bits):
+    monkeypatch.setattr(nb, "_arch", lambda ctx: 90)
+    monkeypatch.setattr(nb, "MMA_MIN_GROUPS", 1)
+    case = NBitsCase(k=256, n=37, block=32, bits=bits, a_shape=(1, 256), dtype=dtype, zp=zp,
+                     seed=3)
+    _check_mnb(case, monkeypatch, "gemv")
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=IDS)
