@@ -196,7 +196,7 @@ class RunOptions:
     ``disable_synchronize_execution_providers``) lets ``Session.run_with_iobinding`` return
     once a device run's work is queued on the session's stream: outputs bound to the device
     are complete after ``binding.synchronize_outputs()``, or when a reader from
-    ``Session.readback`` returns; outputs bound to the host are complete on return (their
+    ``core.device_io.readback`` returns; outputs bound to the host are complete on return (their
     copy waits). Later runs of the session queue behind it, so the host can prepare the next
     run while the device works. ``Session.run`` always waits (it returns host arrays).
     """

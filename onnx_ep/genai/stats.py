@@ -15,8 +15,6 @@ between consecutive tokens, and never counts the same time twice.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import attrs
@@ -66,14 +64,6 @@ class GenerationStats:
         self._last_end = t1
         self.steps.append(StepStat(step.kind, step.tokens, seconds, step.signature,
                                    step.capture, step.ahead))
-
-    @contextmanager
-    def step(self, kind: str, *, tokens: int, signature: str) -> Iterator[None]:
-        """One step run and finished inside the block."""
-        s = self.begin(kind, tokens=tokens, signature=signature)
-        yield
-        self.queued(s)
-        self.end(s)
 
     def _total(self, kind: str) -> tuple[int, float]:
         steps = [s for s in self.steps if s.kind == kind]
