@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnx_ep.providers.cpu_reference.formats import round_to
+from onnx_ep.providers.cuda.kernels import nbits as nb
 from onnx_ep.providers.cuda.kernels.base import BF16
 
 SFX = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16), "bf16": BF16}
@@ -147,7 +148,7 @@ def gemv_model(mem, sym, args, shared):
     mem.view(y_ptr, dtype, g.m * g.n)[:] = acc.reshape(-1).astype(dtype)
 
 
-def mma_model(mem, sym, args, shared):
+def mma_model(mem, sym, args, shared, threads):
     """nbits_mma_b4_<T>: each 32-code unit's exact sum of (code - zero point) * A, rounded to
     float32 (the tensor core's float32 sums), scaled by its block's scale; the units of a
     row split into ``kw`` warps' ranges of ``upw`` (each summed in order, the ranges then
@@ -156,8 +157,10 @@ def mma_model(mem, sym, args, shared):
     a_ptr, b_ptr, s_ptr, zp_ptr, bias_ptr, y_ptr = (int(v) for v, _ in args[:6])
     g = args[6][0]
     assert g.k % 32 == 0 and g.units == g.k // 32 and 1 <= g.m <= 8 and g.log2_block >= 5
-    assert g.kw in (1, 2, 4, 8) and g.upw * g.kw >= g.units and g.prefetch in (0, 1)
-    assert shared == 2 * g.m * g.k + 256 * 16
+    assert g.kw in (1, 2, 4, 8) and g.upw * g.kw >= g.units and threads // 32 % g.kw == 0
+    # warps past the first split a row's units in whole stages of their ring
+    assert g.kw == 1 or g.upw % nb.MMA_STAGE == 0
+    assert threads <= 256 and shared == nb.mma_shared_bytes(g.m, g.k, threads)
     f32 = np.float32
     a = mem.view(a_ptr, dtype, g.m * g.k).reshape(g.m, g.k).astype(np.float64)
     rows = mem.view(b_ptr, np.uint8, g.n * g.row_bytes).reshape(g.n, g.row_bytes)
@@ -226,7 +229,7 @@ def replay(mem, calls, dtype):
             assert block[0] % args[6][0].tpr == 0
             gemv_model(mem, sym, args, shared)
         elif sym.startswith("nbits_mma_"):
-            mma_model(mem, sym, args, shared)
+            mma_model(mem, sym, args, shared, block[0])
         elif sym.startswith("nbits_dequant_"):
             dequant_model(mem, sym, args)
         elif sym.startswith("broadcast_rows_"):

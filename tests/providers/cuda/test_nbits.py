@@ -130,9 +130,10 @@ def test_several_rows_of_b_a_thread(cuda_device, monkeypatch, dtype, bits, block
 @pytest.mark.parametrize("m", [1, 3, 8])
 def test_tensor_core_gemv(cuda_device, monkeypatch, dtype, block, zp, m):
     """nbits_mma on every option it takes, forced on a small B: 77 rows (the last 16-row
-    group partly past N), 10 units of 32 codes split over 8 warps (some with none), a bias,
-    and a partial last block (K = 320)."""
+    group partly past N), 10 units of 32 codes split over 2 warps in whole stages of 8, a
+    bias, and a partial last block (K = 320)."""
     monkeypatch.setattr(nb, "MMA_MIN_GROUPS", 1)
+    monkeypatch.setattr(nb, "MMA_MIN_WARPS", 1)
     launched = record_launches(monkeypatch)
     case = NBitsCase(k=320, n=77, block=block, a_shape=(m, 320), dtype=dtype, zp=zp,
                      bias=True, seed=block + m)
@@ -183,17 +184,21 @@ def test_an_omitted_projection_gives_the_bias(cuda_device):
 
 # ---------------------------------------------------------------- launches, sessions, capture
 
-def test_a_decode_step_is_one_gemv_launch(cuda_device, monkeypatch):
+@pytest.mark.parametrize("k,n,launch", [
+    (896, 4864, ("nbits_mma_b4_f16", (304, 1, 1), (128, 1, 1), 45824)),
+    (4864, 896, ("nbits_gemv_b4_m1r1_f16", (448, 1, 1), (128, 1, 1), 23104))],
+    ids=["mma", "gemv"])
+def test_a_decode_step_is_one_launch(cuda_device, monkeypatch, k, n, launch):
     from onnx_ep import Session
     launched = record_launches(monkeypatch)
-    case = NBitsCase(k=896, n=4864, block=32, a_shape=(1, 1, 896), dtype=np.float16, seed=1)
+    case = NBitsCase(k=k, n=n, block=32, a_shape=(1, 1, k), dtype=np.float16, seed=1)
     sess = Session(case.model, providers=["cuda"])
     try:
         launched.clear()
         sess.run(None, case.feeds, _eager())
     finally:
         sess.close()
-    assert launched == [("nbits_gemv_b4_m1r1_f16", (304, 1, 1), (256, 1, 1), 4256)]
+    assert launched == [launch]
 
 
 @needs_nvmath
@@ -231,6 +236,7 @@ def test_captured_replays_equal_eager_runs_bit_for_bit(cuda_device, dtype, m):
 @pytest.mark.parametrize("m", [1, 3])
 def test_tensor_core_replays_equal_eager_runs_bit_for_bit(cuda_device, monkeypatch, m):
     monkeypatch.setattr(nb, "MMA_MIN_GROUPS", 1)
+    monkeypatch.setattr(nb, "MMA_MIN_WARPS", 1)
     case = NBitsCase(k=896, n=4864, block=32, a_shape=(1, m, 896), dtype=np.float16,
                      zp="packed", bias=True, seed=30 + m)
     check_replays_match_eager(case.model, case.feeds)
@@ -240,9 +246,9 @@ def test_tensor_core_replays_equal_eager_runs_bit_for_bit(cuda_device, monkeypat
 def test_runs_are_deterministic(cuda_device, monkeypatch, k, n):
     from onnx_ep import Session
 
-    monkeypatch.setattr(nb, "MMA_MIN_GROUPS", 1)
-
     case = NBitsCase(k=k, n=n, block=32, a_shape=(1, 1, k), dtype=np.float16, seed=7)
+    geo = nb.mma_geometry(nb.nbits_plan(_meta(case)), 1, np.float16, 0, 90)
+    assert (geo is not None) == (n == 4864)     # the routes the ids name
     sess = Session(case.model, providers=["cuda"])
     try:
         first = np.asarray(sess.run(None, case.feeds, _eager())[0])

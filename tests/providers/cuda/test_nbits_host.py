@@ -446,21 +446,23 @@ def test_gemv_model_keeps_the_promise(monkeypatch, dtype, bits, block, zp, m):
 @pytest.mark.parametrize("m", [1, 3, 8])
 def test_tensor_core_model_keeps_the_promise(monkeypatch, dtype, block, zp, m):
     """The tensor-core route's launch (geometry, struct, pointers) replayed by a numpy model
-    of its sums, as on an sm_90 device, forced on a small B: 77 rows and 16 units over 8
-    warps (some with none), a partial last block (K = 512 - 32)."""
+    of its sums, as on an sm_90 device, forced on a small B: 77 rows and 15 units split over
+    2 warps in whole stages (8 and 7), a partial last block (K = 512 - 32)."""
     monkeypatch.setattr(nb, "_arch", lambda ctx: 90)
     monkeypatch.setattr(nb, "MMA_MIN_GROUPS", 1)
+    monkeypatch.setattr(nb, "MMA_MIN_WARPS", 1)
     case = NBitsCase(k=480, n=77, block=block, a_shape=(m, 480), dtype=dtype, zp=zp,
                      bias=m != 1, seed=block + m)
     calls = _check_mnb(case, monkeypatch, "mma")
     g = calls[0][3][6][0]
-    assert (g.kw, g.upw, g.units, g.zp_mode) == (8, 2, 15, 0 if zp is None else 1)
+    assert (g.kw, g.upw, g.units, g.zp_mode) == (2, 8, 15, 0 if zp is None else 1)
 
 
 @pytest.mark.parametrize("dtype,zp,bits", [(F32, None, 4), (F16, "typed", 4), (F16, None, 8)])
 def test_what_the_tensor_cores_do_not_take_stays_on_the_gemv(monkeypatch, dtype, zp, bits):
     monkeypatch.setattr(nb, "_arch", lambda ctx: 90)
     monkeypatch.setattr(nb, "MMA_MIN_GROUPS", 1)
+    monkeypatch.setattr(nb, "MMA_MIN_WARPS", 1)
     case = NBitsCase(k=256, n=37, block=32, bits=bits, a_shape=(1, 256), dtype=dtype, zp=zp,
                      seed=3)
     _check_mnb(case, monkeypatch, "gemv")
@@ -647,13 +649,14 @@ def test_many_rows_of_b_take_four_a_thread_with_two_chunks_each():
 
 @pytest.mark.parametrize("k,n,m,want", [
     # Qwen2.5-0.5B decode: up/gate, down, qkv, lm_head: (kw, units a warp, blocks, smem)
-    (896, 151936, 1, (1, 28, 1187, 5888)),
-    (896, 151936, 8, (1, 28, 1187, 18432)),
-    (896, 40000, 1, (1, 28, 313, 5888)),
-    # fewer 16-row groups than the GPU holds warps: the float32 gemv
-    (896, 4864, 1, None),
+    (896, 151936, 1, (1, 28, 2374, 4 * 4 * 2624 + 1792 + 2048)),
+    (896, 151936, 8, (1, 28, 2374, 4 * 4 * 2624 + 8 * 1792 + 2048)),
+    (896, 40000, 1, (1, 28, 625, 4 * 4 * 2624 + 1792 + 2048)),
+    # fewer rows: K split over 4 warps, one stage each
+    (896, 4864, 1, (4, 8, 304, 4 * 4 * 2624 + 1792 + 2048)),
+    (896, 1152, 1, (4, 8, 72, 4 * 4 * 2624 + 1792 + 2048)),
+    # 56 groups x 4 warps: too few warps for the GPU, the float32 gemv
     (4864, 896, 1, None),
-    (896, 1152, 1, None),
 ])
 def test_tensor_core_gemv_geometry_of_decode_shapes(k, n, m, want):
     g = nb.mma_geometry(_plan(k, n), m, F16, 0, 90)
@@ -688,5 +691,12 @@ def test_tensor_core_gemv_is_off_when_asked(monkeypatch):
 
 def test_tensor_core_gemv_with_few_rows_splits_k_over_warps(monkeypatch):
     monkeypatch.setattr(nb, "MMA_MIN_GROUPS", 1)
+    monkeypatch.setattr(nb, "MMA_MIN_WARPS", 1)
     g = nb.mma_geometry(_plan(896, 4864), 1, F16, 0, 90)
-    assert (g.kw, g.upw, g.grid[0]) == (8, 4, 304)
+    # 28 units: 4 warps of one stage each (8 more would leave warps with none)
+    assert (g.kw, g.upw, g.grid[0]) == (4, 8, 304)
+    monkeypatch.setattr(nb, "MMA_THREADS", 256)
+    g = nb.mma_geometry(_plan(896, 4864), 1, F16, 0, 90)
+    assert (g.kw, g.upw, g.grid[0], g.block) == (4, 8, 152, (256, 1, 1))
+    g = nb.mma_geometry(_plan(4864, 896), 1, F16, 0, 90)
+    assert (g.kw, g.upw, g.grid[0]) == (8, 24, 56)

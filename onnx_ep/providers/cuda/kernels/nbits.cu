@@ -28,6 +28,7 @@
 // GatherBlockQuantized, gbq_<data>_<index>_<T>: one thread per output element; data int4 /
 // uint4 (one element per byte, low nibble, as ml_dtypes stores them) or uint8 holding
 // 8 / bits codes along the last axis. (code - zp) * scale in float64, rounded once: exact.
+#include "ep_async.cuh"
 #include "ep_float.cuh"
 #include "ep_geo.cuh"
 
@@ -444,6 +445,14 @@ __device__ void nbits_gemv(const T* __restrict__ a, const u8* __restrict__ b,
 // block's scale in float32 and accumulated; kw warps sharing 16 rows split the units and add
 // their sums in shared memory in a fixed order (deterministic). The bias is added in float32
 // and the sum rounded once to T.
+//
+// B and the scales reach the warp through shared memory, MMA_STAGE units of its 16 rows a
+// stage, MMA_DEPTH stages in flight (cp.async, each warp its own ring: no block barrier).
+// Read straight from global memory, a lane's 4-byte word of each of 16 rows made every load
+// touch 16 cache lines for 64 useful bytes, and the loads of a unit waited on its arithmetic:
+// the L1 pipeline, not DRAM, set the pace. A stage's copies are 128 contiguous bytes of a row
+// per 8 lanes, and its scales whole words of each row's span (cp_async4 zero-fills the half
+// past the end of the scales, never reading it).
 struct NbMma {
     long long n;       // N
     int k;             // K (a multiple of 32)
@@ -453,14 +462,21 @@ struct NbMma {
     int row_bytes;     // bytes of a row of B
     int units;         // K / 32
     int kw;            // warps sharing 16 rows (1, 2, 4 or 8)
-    int upw;           // units per warp: ceil(units / kw)
+    int upw;           // units per warp: a multiple of MMA_STAGE when kw > 1
     int zp_mode;       // 0 none, 1 packed uint8
     int zp_row_bytes;  // bytes of a row of packed zero points
-    int prefetch;      // 1: start the next units' bytes for L2 before this batch's math
 };
 
-// units whose loads a lane has in flight at once
-#define MMA_UNROLL 8
+// units of a stage, stages in flight a warp, and a stage's bytes in shared memory: 16 rows of
+// MMA_STAGE 16-byte units (16 bytes of padding a row: lanes reading word q of 8 rows hit 32
+// different banks), then 16 rows of MMA_SWORDS words of scales (a stage spans at most 8
+// blocks, 4 words, and one more where a row's span starts mid-word)
+#define MMA_STAGE 8
+#define MMA_DEPTH 4
+#define MMA_ROWB (MMA_STAGE * 16 + 16)
+#define MMA_SWORDS 5
+#define MMA_STAGE_BYTES (16 * MMA_ROWB + 16 * MMA_SWORDS * 4)
+// the most threads of its blocks (the host launches 128 or 256)
 #define MMA_THREADS 256
 
 template <class T> struct MmaOf;
@@ -548,85 +564,171 @@ __device__ __forceinline__ void stage_a_mma(const T* __restrict__ a, T* __restri
     }
 }
 
+// a scale as float: a NaN scale makes the sums NaN whatever its payload (the GPU's float
+// arithmetic returns its canonical NaN), so the plain conversion is enough here
+__device__ __forceinline__ float scale_f32(f16 x) { return __half2float(x); }
+__device__ __forceinline__ float scale_f32(bf16 x) { return __bfloat162float(x); }
+
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+// acc += the sums of units us .. us + n of one stage in its ring slot (n = MMA_STAGE for
+// every stage but a part's last: a compile-time count leaves no branch between units, so
+// the units' loads, conversions and mma chains interleave). ZP: packed zero points, read
+// from global memory per unit; otherwise nz8, code - 8's subtrahend.
+template <class T, bool ZP, int N>
+__device__ __forceinline__ void mma_stage(const u8* __restrict__ slot, int us, int n,
+                                          int blk0, const T* __restrict__ sa_row,
+                                          const T* __restrict__ sb_row,
+                                          const T* __restrict__ xa, int gr, int q,
+                                          long long ra, long long rb,
+                                          const u8* __restrict__ zp, const NbMma& g, u32 nz8,
+                                          float (&acc)[4]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+        if (N != MMA_STAGE && i >= n) break;
+        const int u = us + i;
+        const u32 wa = *reinterpret_cast<const u32*>(slot + gr * MMA_ROWB + i * 16 + q * 4);
+        const u32 wb = *reinterpret_cast<const u32*>(slot + (gr + 8) * MMA_ROWB + i * 16 +
+                                                      q * 4);
+        const int blk = (u * 32) >> g.log2_block;
+        const float sa = scale_f32(sa_row[blk - blk0]), sb = scale_f32(sb_row[blk - blk0]);
+        u32 nza = nz8, nzb = nz8;
+        if constexpr (ZP) {
+            const int shift = (blk & 1) * 4;
+            nza = MmaOf<T>::pair(-(MmaOf<T>::BASE +
+                ((__ldg(zp + ra * g.zp_row_bytes + (blk >> 1)) >> shift) & 15)));
+            nzb = MmaOf<T>::pair(-(MmaOf<T>::BASE +
+                ((__ldg(zp + rb * g.zp_row_bytes + (blk >> 1)) >> shift) & 15)));
+        }
+        const uint2 x0 = *reinterpret_cast<const uint2*>(xa + u * 32);
+        const uint2 x1 = *reinterpret_cast<const uint2*>(xa + u * 32 + 4);
+        float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        mma16816<T>(d, pair_minus<T>(code_pair<T>(wa, 0), nza),
+                    pair_minus<T>(code_pair<T>(wb, 0), nzb),
+                    pair_minus<T>(code_pair<T>(wa, 1), nza),
+                    pair_minus<T>(code_pair<T>(wb, 1), nzb), x0.x, x0.y);
+        mma16816<T>(d, pair_minus<T>(code_pair<T>(wa, 2), nza),
+                    pair_minus<T>(code_pair<T>(wb, 2), nzb),
+                    pair_minus<T>(code_pair<T>(wa, 3), nza),
+                    pair_minus<T>(code_pair<T>(wb, 3), nzb), x1.x, x1.y);
+        acc[0] = fmaf(sa, d[0], acc[0]);
+        acc[1] = fmaf(sa, d[1], acc[1]);
+        acc[2] = fmaf(sb, d[2], acc[2]);
+        acc[3] = fmaf(sb, d[3], acc[3]);
+    }
+}
+#endif
+
 template <class T>
 __device__ void nbits_mma(const T* __restrict__ a, const u8* __restrict__ b,
                           const T* __restrict__ scales, const u8* __restrict__ zp,
                           const T* __restrict__ bias, T* __restrict__ y, NbMma g) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
     extern __shared__ float4 nb_smem[];
-    T* as = reinterpret_cast<T*>(nb_smem);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    u8* ring = reinterpret_cast<u8*>(nb_smem) + warp * (MMA_DEPTH * MMA_STAGE_BYTES);
+    T* as = reinterpret_cast<T*>(reinterpret_cast<u8*>(nb_smem) +
+                                 warps * (MMA_DEPTH * MMA_STAGE_BYTES));
     float* red = reinterpret_cast<float*>(as + g.m * g.k);   // [warps][32 lanes][4]
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int gr = lane >> 2, q = lane & 3;
-    const int groups = (blockDim.x >> 5) / g.kw;        // 16-row groups a block takes
+    const int groups = warps / g.kw;                     // 16-row groups a block takes
     const int grp = warp / g.kw, part = warp % g.kw;
-    stage_a_mma<T>(a, as, g);
-    __syncthreads();
-    // column gr of the B fragment is row gr of A (rows past M read row 0; dropped)
-    const T* xa = as + (gr < g.m ? gr : 0) * g.k + 8 * q;
-    const int u0 = part * g.upw, u1 = min(u0 + g.upw, g.units);
+    const int u0 = min(part * g.upw, g.units), u1 = min(u0 + g.upw, g.units);
+    const int stages = (u1 - u0 + MMA_STAGE - 1) / MMA_STAGE;
+    const long long total_halves = g.n * g.n_blocks;
     const long long step = (long long)gridDim.x * groups * 16;
-    // the loop is the block's (uniform: the partial sums meet at barriers)
-    for (long long first = (long long)blockIdx.x * groups * 16; first < g.n; first += step) {
-        const long long base = first + grp * 16;
-        // rows past N read the last row (their sums are dropped)
-        const long long ra = min(base + gr, g.n - 1), rb = min(base + gr + 8, g.n - 1);
-        const u32* wa_row = reinterpret_cast<const u32*>(b + ra * g.row_bytes) + q;
-        const u32* wb_row = reinterpret_cast<const u32*>(b + rb * g.row_bytes) + q;
-        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if (base < g.n) {
-            for (int u = u0; u < u1; u += MMA_UNROLL) {
-                // the next units' codes and scales start for L2 now: their loads come
-                // after this batch's arithmetic, which would otherwise wait on DRAM
-                if (g.prefetch && u + MMA_UNROLL < u1) {
-                    const int nu = u + MMA_UNROLL;
-                    const void* p = q == 0 ? (const void*)(wa_row + 4 * nu)
-                                  : q == 1 ? (const void*)(wb_row + 4 * nu)
-                                  : (const void*)(scales + (q == 2 ? ra : rb) * g.n_blocks +
-                                                  ((nu * 32) >> g.log2_block));
-                    asm volatile("prefetch.global.L2 [%0];" :: "l"(p));
-                }
-                u32 wa[MMA_UNROLL], wb[MMA_UNROLL];
-                float sa[MMA_UNROLL], sb[MMA_UNROLL];
-                int za[MMA_UNROLL], zb[MMA_UNROLL];
+    const long long first0 = (long long)blockIdx.x * groups * 16;
+    // The warp's stages form one sequence over its tiles (tile j: the 16 rows from
+    // first0 + j * step + grp * 16), so the next tile's first stages are in flight while
+    // this one's last are summed: the grid can be persistent (as many blocks as the device
+    // holds) without draining the ring at every tile. issue() copies the next stage of the
+    // sequence into its slot; every call commits a group (empty past the warp's last tile
+    // or without units), so "all but the newest DEPTH - 1 groups have landed" is exact.
+    long long next_tile = 0;
+    int next_stage = 0, next_slot = 0;
+    auto issue = [&]() {
+        const long long base = first0 + next_tile * step + grp * 16;
+        if (stages > 0 && base < g.n) {
+            const int us = u0 + next_stage * MMA_STAGE;
+            u8* slot = ring + next_slot * MMA_STAGE_BYTES;
 #pragma unroll
-                for (int i = 0; i < MMA_UNROLL; ++i) {
-                    if (u + i >= u1) break;
-                    const int blk = ((u + i) * 32) >> g.log2_block;
-                    wa[i] = __ldg(wa_row + 4 * (u + i));
-                    wb[i] = __ldg(wb_row + 4 * (u + i));
-                    sa[i] = to_f32(__ldg(scales + ra * g.n_blocks + blk));
-                    sb[i] = to_f32(__ldg(scales + rb * g.n_blocks + blk));
-                    if (g.zp_mode == 1) {
-                        const int shift = (blk & 1) * 4;
-                        za[i] = (__ldg(zp + ra * g.zp_row_bytes + (blk >> 1)) >> shift) & 15;
-                        zb[i] = (__ldg(zp + rb * g.zp_row_bytes + (blk >> 1)) >> shift) & 15;
-                    } else {
-                        za[i] = zb[i] = 8;
-                    }
-                }
-#pragma unroll
-                for (int i = 0; i < MMA_UNROLL; ++i) {
-                    if (u + i >= u1) break;
-                    const u32 nza = MmaOf<T>::pair(-(MmaOf<T>::BASE + za[i]));
-                    const u32 nzb = MmaOf<T>::pair(-(MmaOf<T>::BASE + zb[i]));
-                    const uint2 x0 = *reinterpret_cast<const uint2*>(xa + (u + i) * 32);
-                    const uint2 x1 = *reinterpret_cast<const uint2*>(xa + (u + i) * 32 + 4);
-                    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                    mma16816<T>(d, pair_minus<T>(code_pair<T>(wa[i], 0), nza),
-                                pair_minus<T>(code_pair<T>(wb[i], 0), nzb),
-                                pair_minus<T>(code_pair<T>(wa[i], 1), nza),
-                                pair_minus<T>(code_pair<T>(wb[i], 1), nzb), x0.x, x0.y);
-                    mma16816<T>(d, pair_minus<T>(code_pair<T>(wa[i], 2), nza),
-                                pair_minus<T>(code_pair<T>(wb[i], 2), nzb),
-                                pair_minus<T>(code_pair<T>(wa[i], 3), nza),
-                                pair_minus<T>(code_pair<T>(wb[i], 3), nzb), x1.x, x1.y);
-                    acc[0] = fmaf(sa[i], d[0], acc[0]);
-                    acc[1] = fmaf(sa[i], d[1], acc[1]);
-                    acc[2] = fmaf(sb[i], d[2], acc[2]);
-                    acc[3] = fmaf(sb[i], d[3], acc[3]);
+            for (int j = 0; j < MMA_STAGE / 2; ++j) {     // 16 rows x MMA_STAGE units / 32
+                const int c = lane + 32 * j, r = c / MMA_STAGE, i = c % MMA_STAGE;
+                // rows past N read the last row (their sums are dropped)
+                const long long row = min(base + r, g.n - 1);
+                if (us + i < u1)
+                    cp_async16(slot + r * MMA_ROWB + i * 16,
+                               b + row * g.row_bytes + (long long)(us + i) * 16);
+            }
+            // each row's scales of blocks blk0 .. blk1 as whole words from word
+            // (row * n_blocks + blk0) / 2
+            const int blk0 = (us * 32) >> g.log2_block;
+            const int blk1 = ((min(us + MMA_STAGE, u1) * 32) - 1) >> g.log2_block;
+            for (int e = lane; e < 16 * MMA_SWORDS; e += 32) {
+                const int r = e / MMA_SWORDS, w = e % MMA_SWORDS;
+                const long long first = min(base + r, g.n - 1) * g.n_blocks;
+                const long long wi = ((first + blk0) >> 1) + w;
+                if (wi <= (first + blk1) >> 1) {
+                    const long long left = 2 * (total_halves - 2 * wi);   // bytes from wi
+                    cp_async4(slot + 16 * MMA_ROWB + e * 4,
+                              reinterpret_cast<const u8*>(scales) + wi * 4,
+                              left < 4 ? (int)left : 4);
                 }
             }
+        }
+        cp_async_commit();
+        next_slot = next_slot + 1 == MMA_DEPTH ? 0 : next_slot + 1;
+        if (++next_stage >= stages) {
+            next_stage = 0;
+            ++next_tile;
+        }
+    };
+    // code - 8 for no zero points: the magic pair's subtrahend, the same for every unit
+    const u32 nz8 = MmaOf<T>::pair(-(MmaOf<T>::BASE + 8));
+    // column gr of the B fragment is row gr of A (rows past M read row 0; dropped)
+    const T* xa = as + (gr < g.m ? gr : 0) * g.k + 8 * q;
+    // the first stages start before A is staged: their latency overlaps A's
+    for (int t = 0; t < MMA_DEPTH - 1; ++t) issue();
+    stage_a_mma<T>(a, as, g);
+    __syncthreads();
+    int slot_at = 0;    // the slot of the stage summed next
+    // the loop is the block's (uniform: the partial sums meet at barriers)
+    for (long long first = first0; first < g.n; first += step) {
+        const long long base = first + grp * 16;
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        const long long ra = min(base + gr, g.n - 1), rb = min(base + gr + 8, g.n - 1);
+        for (int t = 0; t < stages; ++t) {
+            // the slot the issued stage takes was summed in the previous iteration, which
+            // every lane has left (the __syncwarp below)
+            issue();
+            cp_async_wait<MMA_DEPTH - 1>();
+            __syncwarp();   // the other lanes' copies of this stage are visible
+            const u8* slot = ring + slot_at * MMA_STAGE_BYTES;
+            slot_at = slot_at + 1 == MMA_DEPTH ? 0 : slot_at + 1;
+            if (base >= g.n) continue;    // a tile past N: its stages were not copied
+            const int us = u0 + t * MMA_STAGE;
+            const int blk0 = (us * 32) >> g.log2_block;
+            // a row's scales start at half (row * n_blocks + blk0) & 1 of its words
+            const T* sa_row = reinterpret_cast<const T*>(
+                slot + 16 * MMA_ROWB + gr * (MMA_SWORDS * 4)) + ((ra * g.n_blocks + blk0) & 1);
+            const T* sb_row = reinterpret_cast<const T*>(
+                slot + 16 * MMA_ROWB + (gr + 8) * (MMA_SWORDS * 4)) +
+                ((rb * g.n_blocks + blk0) & 1);
+            const int n = min(MMA_STAGE, u1 - us);
+            if (g.zp_mode == 1) {
+                if (n == MMA_STAGE)
+                    mma_stage<T, true, MMA_STAGE>(slot, us, n, blk0, sa_row, sb_row, xa, gr, q,
+                                                  ra, rb, zp, g, nz8, acc);
+                else
+                    mma_stage<T, true, MMA_STAGE - 1>(slot, us, n, blk0, sa_row, sb_row, xa,
+                                                      gr, q, ra, rb, zp, g, nz8, acc);
+            } else if (n == MMA_STAGE) {
+                mma_stage<T, false, MMA_STAGE>(slot, us, n, blk0, sa_row, sb_row, xa, gr, q, ra,
+                                               rb, zp, g, nz8, acc);
+            } else {
+                mma_stage<T, false, MMA_STAGE - 1>(slot, us, n, blk0, sa_row, sb_row, xa, gr, q,
+                                                   ra, rb, zp, g, nz8, acc);
+            }
+            __syncwarp();   // every lane is done with this slot before it is refilled
         }
         if (g.kw > 1) {
             float* mine = red + (warp * 32 + lane) * 4;

@@ -142,22 +142,28 @@ class NbMma(ctypes.Structure):
                 ("n_blocks", ctypes.c_int32), ("log2_block", ctypes.c_int32),
                 ("row_bytes", ctypes.c_int32), ("units", ctypes.c_int32),
                 ("kw", ctypes.c_int32), ("upw", ctypes.c_int32), ("zp_mode", ctypes.c_int32),
-                ("zp_row_bytes", ctypes.c_int32), ("prefetch", ctypes.c_int32)]
+                ("zp_row_bytes", ctypes.c_int32)]
 
 
 #: take the tensor-core gemv where it applies (False: the float32 gemv for every decode)
 MMA_ROUTE = True
-#: its warps start the next units' bytes for L2 before the current units' arithmetic
-MMA_PREFETCH = True
 #: activations the tensor-core gemv takes (float32 would need tf32, which rounds A)
 MMA_FLOATS = frozenset((np.dtype(np.float16), BF16))
-#: threads of its blocks (8 warps), and warps it aims for (16 per H200 multiprocessor)
-MMA_THREADS = 256
+#: threads of its blocks (the kernel allows up to 256), and warps it aims for (16 per H200
+#: multiprocessor)
+MMA_THREADS = 128
 MMA_TARGET_WARPS = 132 * 16
-#: 16-row groups of B it needs at least (an LM head: one warp each fills the GPU). On the
-#: H200 (L2 flushed) it took a 896 x 151936 LM head in 58.5 us against 78.3 for the float32
-#: gemv, but 896 x 4864 in 10.7 against 9.0 (fewer rows than warps: K split over warps)
-MMA_MIN_GROUPS = MMA_TARGET_WARPS
+#: nbits.cu's per-warp ring: 32-code units a stage, stages in flight, bytes of a stage
+MMA_STAGE = 8
+MMA_DEPTH = 4
+MMA_STAGE_BYTES = 16 * (MMA_STAGE * 16 + 16) + 16 * 5 * 4
+#: 16-row groups of B it needs at least, and warps (groups x kw) it needs at least: with
+#: fewer, the float32 gemv (more threads a row) wins. On the H200 (L2 flushed, 128 threads)
+#: it beat the gemv wherever it had 288 warps or more (896 x 1152: 7.1 against 7.8 us;
+#: 896 x 4864: 8.3 / 9.1; 4096 x 11008: 27.2 / 37.4; the LM head 896 x 151936: 56.4 / 78.9)
+#: and lost with 224 (4864 x 896: 14.8 / 10.9)
+MMA_MIN_GROUPS = 1
+MMA_MIN_WARPS = 2 * 132
 
 
 @attrs.frozen
@@ -169,10 +175,17 @@ class Mma:
     upw: int
     grid: tuple[int, int, int]
     shared_bytes: int
+    threads: int = MMA_THREADS
 
     @property
     def block(self) -> tuple[int, int, int]:
-        return (MMA_THREADS, 1, 1)
+        return (self.threads, 1, 1)
+
+
+def mma_shared_bytes(m: int, k: int, threads: int) -> int:
+    """Dynamic shared memory of ``nbits_mma_b4_*``: each warp's ring of stages, A as T, and
+    the warps' partial sums."""
+    return threads // 32 * MMA_DEPTH * MMA_STAGE_BYTES + 2 * m * k + threads * 16
 
 
 def mma_geometry(plan: NBitsPlan, m: int, dtype: Any, zp_mode: int,
@@ -180,22 +193,32 @@ def mma_geometry(plan: NBitsPlan, m: int, dtype: Any, zp_mode: int,
     """The tensor-core gemv for ``m`` rows of A, or ``None`` where it does not apply: it
     takes 4-bit codes in blocks of 32 or more, K a multiple of 32, zero points none or
     packed, float16 or bfloat16 A of at most 8 rows, on sm_80 and later (``arch`` 80), and
-    B of at least :data:`MMA_MIN_GROUPS` groups of 16 rows."""
+    B of at least :data:`MMA_MIN_GROUPS` groups of 16 rows. Where few rows leave warps
+    idle, ``kw`` warps split a row's units, in whole stages; B that leaves fewer than
+    :data:`MMA_MIN_WARPS` warps busy even so takes the gemv."""
     if (not MMA_ROUTE or arch < 80 or plan.bits != 4 or plan.block < 32 or plan.k % 32
             or zp_mode not in (0, 1) or np.dtype(dtype) not in MMA_FLOATS
             or not 1 <= m <= GEMV_MAX_M):
         return None
-    smem = 2 * m * plan.k + MMA_THREADS * 16
+    threads = MMA_THREADS
+    smem = mma_shared_bytes(m, plan.k, threads)
     if smem > GEMV_SMEM_MAX:
         return None
     units, groups = plan.k // 32, -(-plan.n // 16)
     if groups < MMA_MIN_GROUPS:
         return None
-    kw = 1
-    while kw < 8 and groups * kw < MMA_TARGET_WARPS and units >= 2 * kw:
-        kw *= 2
-    blocks = -(-groups // (MMA_THREADS // 32 // kw))
-    return Mma(kw, -(-units // kw), (min(blocks, 65535), 1, 1), smem)
+    warps = threads // 32
+    kw, upw = 1, units
+    while kw * 2 <= warps and groups * kw < MMA_TARGET_WARPS:
+        per = -(-units // (2 * kw))
+        split = -(-per // MMA_STAGE) * MMA_STAGE   # parts start on a stage
+        if -(-units // split) <= kw:      # no more warps would have units
+            break
+        kw, upw = 2 * kw, split
+    if groups * kw < MMA_MIN_WARPS:
+        return None
+    blocks = -(-groups // (warps // kw))
+    return Mma(kw, upw, (min(blocks, 65535), 1, 1), smem, threads)
 
 
 def row_bytes(plan: NBitsPlan) -> int:
@@ -212,6 +235,16 @@ def _arch(ctx: ExecutionContext) -> int:
     """The device's compute capability as 80, 90, ... (0 when the stream does not say)."""
     arch = getattr(getattr(ctx.stream, "device", None), "arch", "")
     return int(arch[3:]) if isinstance(arch, str) and arch[3:].isdigit() else 0
+
+
+def _resident_blocks(ctx: ExecutionContext, fn: Any, threads: int, shared_bytes: int) -> int:
+    """Blocks of ``fn`` the whole device holds at once (0 when the stream does not say)."""
+    sms = getattr(getattr(ctx.stream, "device", None), "multiprocessors", 0)
+    if not isinstance(sms, int) or sms <= 0:
+        return 0
+    from onnx_ep.providers.cuda import launch
+
+    return launch.max_active_blocks(fn, threads, shared_bytes) * sms
 
 
 def _pow2_at_least(n: int) -> int:
@@ -540,17 +573,22 @@ class MatMulNBits(CudaKernel):
 
     def _mma(self, ctx: ExecutionContext, mma: Mma, plan: NBitsPlan, m: int, mode: int,
              a: Any, b: Any, scales: Any, zp_ptr: int, bias_ptr: int, y: Any) -> None:
-        if int(b.ptr) % 4:
-            raise self.fail(ctx, f"B at 0x{int(b.ptr):x} is not 4-byte aligned")
+        if int(b.ptr) % 16 or int(scales.ptr) % 4:
+            raise self.fail(ctx, f"B at 0x{int(b.ptr):x} or the scales at "
+                                 f"0x{int(scales.ptr):x} are not aligned (16 and 4 bytes: "
+                                 f"the kernel copies them whole 16-byte and 4-byte words)")
         geo = NbMma(plan.n, plan.k, m, plan.n_blocks, int(plan.block).bit_length() - 1,
-                    row_bytes(plan), plan.k // 32, mma.kw, mma.upw, mode, zp_row_bytes(plan),
-                    int(MMA_PREFETCH))
+                    row_bytes(plan), plan.k // 32, mma.kw, mma.upw, mode, zp_row_bytes(plan))
         fn = self.function(f"nbits_mma_b4_{suffix(a.dtype)}", a)
         if mma.shared_bytes > GEMV_SMEM_DEFAULT:
             from onnx_ep.providers.cuda import launch
 
             launch.allow_dynamic_shared(fn)
-        self.launch(fn, mma.grid, mma.block,
+        # a persistent grid: each warp's ring runs on from tile to tile instead of a
+        # block ending (and its ring draining) after one
+        resident = _resident_blocks(ctx, fn, mma.threads, mma.shared_bytes)
+        grid = (min(mma.grid[0], resident), 1, 1) if resident > 0 else mma.grid
+        self.launch(fn, grid, mma.block,
                     [(a.ptr, PTR), (b.ptr, PTR), (scales.ptr, PTR), (zp_ptr, PTR),
                      (bias_ptr, PTR), (y.ptr, PTR), struct_arg(geo)], ctx.stream,
                     shared_bytes=mma.shared_bytes)

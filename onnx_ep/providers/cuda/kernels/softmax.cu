@@ -18,6 +18,7 @@
 // Fast rows (``*_fast_*`` and ``*_pipe_*``, float32 / float16 / bfloat16, rows of up to 32
 // values per thread): the row is read from DRAM once into registers and written once; see
 // below.
+#include "ep_async.cuh"
 #include "ep_block.cuh"
 #include "ep_float.cuh"
 #include "ep_geo.cuh"
@@ -359,23 +360,6 @@ __device__ __forceinline__ void rows_direct(const T* __restrict__ x, long long r
     body(v, active, row);
 }
 
-// cp.async (sm_80 on); before sm_80 a plain copy through registers (nothing to wait for)
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-__device__ __forceinline__ void cp_async16(uint4* dst, const uint4* src) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-#else
-__device__ __forceinline__ void cp_async16(uint4* dst, const uint4* src) { *dst = *src; }
-__device__ __forceinline__ void cp_async_commit() {}
-template <int N> __device__ __forceinline__ void cp_async_wait() {}
-#endif
 // every group but the newest ``stages - 1`` (the rows after the current one, issued ahead)
 // has landed (stages: 2, 3 or 4)
 __device__ __forceinline__ void cp_async_wait_stages(int stages) {
