@@ -8,10 +8,12 @@ uint8, codes of ``bits`` (2, 4, 8) packed low bits first, dequantized per block 
 (:func:`gemv_geometry`, pure Python, tested on the CPU), so the plan knows the workspace:
 
 - **tensor-core gemv** (M <= 8, 4-bit codes in blocks of 32 or more, no or packed zero
-  points, float16/bfloat16 A, sm_80+, B of many rows: :func:`mma_geometry`):
-  ``nbits_mma_b4_*`` turns each code into an exact ``code - zero_point`` of A's type and
-  multiplies on tensor cores (``mma.m16n8k16``, float32 sums), scaling each 32-code unit's
-  sum in float32: about one instruction per weight instead of three, for an LM head.
+  points, float16/bfloat16 A, sm_80+, B with rows enough for :data:`MMA_MIN_WARPS` warps:
+  :func:`mma_geometry`): ``nbits_mma_b4_*`` turns each code into an exact
+  ``code - zero_point`` of A's type and multiplies on tensor cores (``mma.m16n8k16``,
+  float32 sums), scaling each 32-code unit's sum in float32. Each warp streams its 16 rows
+  of B and their scales through a ring of shared-memory stages (``cp.async``) over a
+  persistent grid.
 - **gemv** (M = rows of A <= :data:`GEMV_MAX_M`, a decode step): ``nbits_gemv_*`` reads B in
   its stored layout, 16 bytes a load, dequantizes in registers and accumulates in float32
   (one launch, no workspace). A is staged in shared memory as float32; rows of B that are
