@@ -139,6 +139,21 @@ def test_struct_layouts_match_the_source():
         assert sizes == [ctypes.sizeof(t) for _, t in cls._fields_], name
 
 
+def test_tensor_core_ring_sizes_match_the_source():
+    """The host sizes the kernel's shared memory from the ring's #defines: the same numbers."""
+    src = (Path(nb.__file__).parent / "nbits.cu").read_text()
+    d = {k: v for k, v in re.findall(r"^#define (MMA_\w+) (.+)$", src, re.M)}
+    env = {}
+    for name in ("MMA_STAGE", "MMA_DEPTH", "MMA_ROWB", "MMA_SWORDS", "MMA_STAGE_BYTES",
+                 "MMA_THREADS"):
+        env[name] = eval(d[name], {}, dict(env))    # each a C expression of the ones before
+    assert (env["MMA_STAGE"], env["MMA_DEPTH"], env["MMA_STAGE_BYTES"]) == \
+        (nb.MMA_STAGE, nb.MMA_DEPTH, nb.MMA_STAGE_BYTES)
+    assert nb.MMA_THREADS <= env["MMA_THREADS"]     # __launch_bounds__ of the kernel
+    # the kernel's 16-byte copies need 16-byte aligned slots and rows
+    assert nb.MMA_STAGE_BYTES % 16 == 0 and env["MMA_ROWB"] % 16 == 0
+
+
 # ---------------------------------------------------------------- geometry
 
 def _plan(k, n, block=32, bits=4):
