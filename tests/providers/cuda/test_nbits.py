@@ -132,7 +132,6 @@ def test_tensor_core_gemv(cuda_device, monkeypatch, dtype, block, zp, m):
     """nbits_mma on every option it takes, forced on a small B: 77 rows (the last 16-row
     group partly past N), 10 units of 32 codes split over 2 warps in whole stages of 8, a
     bias, and a partial last block (K = 320)."""
-    monkeypatch.setattr(nb, "MMA_MIN_GROUPS", 1)
     monkeypatch.setattr(nb, "MMA_MIN_WARPS", 1)
     launched = record_launches(monkeypatch)
     case = NBitsCase(k=320, n=77, block=block, a_shape=(m, 320), dtype=dtype, zp=zp,
@@ -235,7 +234,6 @@ def test_captured_replays_equal_eager_runs_bit_for_bit(cuda_device, dtype, m):
 
 @pytest.mark.parametrize("m", [1, 3])
 def test_tensor_core_replays_equal_eager_runs_bit_for_bit(cuda_device, monkeypatch, m):
-    monkeypatch.setattr(nb, "MMA_MIN_GROUPS", 1)
     monkeypatch.setattr(nb, "MMA_MIN_WARPS", 1)
     case = NBitsCase(k=896, n=4864, block=32, a_shape=(1, m, 896), dtype=np.float16,
                      zp="packed", bias=True, seed=30 + m)

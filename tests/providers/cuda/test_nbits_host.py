@@ -464,7 +464,6 @@ def test_tensor_core_model_keeps_the_promise(monkeypatch, dtype, block, zp, m):
     of its sums, as on an sm_90 device, forced on a small B: 77 rows and 15 units split over
     2 warps in whole stages (8 and 7), a partial last block (K = 512 - 32)."""
     monkeypatch.setattr(nb, "_arch", lambda ctx: 90)
-    monkeypatch.setattr(nb, "MMA_MIN_GROUPS", 1)
     monkeypatch.setattr(nb, "MMA_MIN_WARPS", 1)
     case = NBitsCase(k=480, n=77, block=block, a_shape=(m, 480), dtype=dtype, zp=zp,
                      bias=m != 1, seed=block + m)
@@ -476,7 +475,6 @@ def test_tensor_core_model_keeps_the_promise(monkeypatch, dtype, block, zp, m):
 @pytest.mark.parametrize("dtype,zp,bits", [(F32, None, 4), (F16, "typed", 4), (F16, None, 8)])
 def test_what_the_tensor_cores_do_not_take_stays_on_the_gemv(monkeypatch, dtype, zp, bits):
     monkeypatch.setattr(nb, "_arch", lambda ctx: 90)
-    monkeypatch.setattr(nb, "MMA_MIN_GROUPS", 1)
     monkeypatch.setattr(nb, "MMA_MIN_WARPS", 1)
     case = NBitsCase(k=256, n=37, block=32, bits=bits, a_shape=(1, 256), dtype=dtype, zp=zp,
                      seed=3)
@@ -705,7 +703,6 @@ def test_tensor_core_gemv_is_off_when_asked(monkeypatch):
 
 
 def test_tensor_core_gemv_with_few_rows_splits_k_over_warps(monkeypatch):
-    monkeypatch.setattr(nb, "MMA_MIN_GROUPS", 1)
     monkeypatch.setattr(nb, "MMA_MIN_WARPS", 1)
     g = nb.mma_geometry(_plan(896, 4864), 1, F16, 0, 90)
     # 28 units: 4 warps of one stage each (8 more would leave warps with none)

@@ -159,12 +159,11 @@ MMA_TARGET_WARPS = 132 * 16
 MMA_STAGE = 8
 MMA_DEPTH = 4
 MMA_STAGE_BYTES = 16 * (MMA_STAGE * 16 + 16) + 16 * 5 * 4
-#: 16-row groups of B it needs at least, and warps (groups x kw) it needs at least: with
-#: fewer, the float32 gemv (more threads a row) wins. On the H200 (L2 flushed, 128 threads)
+#: warps (16-row groups of B x kw) it needs at least: with fewer, the float32 gemv (more
+#: threads a row) wins. On the H200 (L2 flushed, 128 threads)
 #: it beat the gemv wherever it had 288 warps or more (896 x 1152: 7.1 against 7.8 us;
 #: 896 x 4864: 8.3 / 9.1; 4096 x 11008: 27.2 / 37.4; the LM head 896 x 151936: 56.4 / 78.9)
 #: and lost with 224 (4864 x 896: 14.8 / 10.9)
-MMA_MIN_GROUPS = 1
 MMA_MIN_WARPS = 2 * 132
 
 
@@ -194,10 +193,10 @@ def mma_geometry(plan: NBitsPlan, m: int, dtype: Any, zp_mode: int,
                  arch: int) -> Mma | None:
     """The tensor-core gemv for ``m`` rows of A, or ``None`` where it does not apply: it
     takes 4-bit codes in blocks of 32 or more, K a multiple of 32, zero points none or
-    packed, float16 or bfloat16 A of at most 8 rows, on sm_80 and later (``arch`` 80), and
-    B of at least :data:`MMA_MIN_GROUPS` groups of 16 rows. Where few rows leave warps
-    idle, ``kw`` warps split a row's units, in whole stages; B that leaves fewer than
-    :data:`MMA_MIN_WARPS` warps busy even so takes the gemv."""
+    packed, float16 or bfloat16 A of at most 8 rows, on sm_80 and later (``arch`` 80).
+    Where few rows of B leave warps idle, ``kw`` warps split a row's units, in whole
+    stages; B that leaves fewer than :data:`MMA_MIN_WARPS` warps busy even so takes the
+    gemv."""
     if (not MMA_ROUTE or arch < 80 or plan.bits != 4 or plan.block < 32 or plan.k % 32
             or zp_mode not in (0, 1) or np.dtype(dtype) not in MMA_FLOATS
             or not 1 <= m <= GEMV_MAX_M):
@@ -207,8 +206,6 @@ def mma_geometry(plan: NBitsPlan, m: int, dtype: Any, zp_mode: int,
     if smem > GEMV_SMEM_MAX:
         return None
     units, groups = plan.k // 32, -(-plan.n // 16)
-    if groups < MMA_MIN_GROUPS:
-        return None
     warps = threads // 32
     kw, upw = 1, units
     while kw * 2 <= warps and groups * kw < MMA_TARGET_WARPS:
