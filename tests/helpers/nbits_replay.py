@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnx_ep.providers.cpu_reference.formats import round_to
-from onnx_ep.providers.cuda.kernels import nbits as nb
+from onnx_ep.providers.cuda.kernels import nbits_mma as nm
 from onnx_ep.providers.cuda.kernels.base import BF16
 
 SFX = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16), "bf16": BF16}
@@ -159,8 +159,8 @@ def mma_model(mem, sym, args, shared, threads):
     assert g.k % 32 == 0 and g.units == g.k // 32 and 1 <= g.m <= 8 and g.log2_block >= 5
     assert g.kw in (1, 2, 4, 8) and g.upw * g.kw >= g.units and threads // 32 % g.kw == 0
     # warps past the first split a row's units in whole stages of their ring
-    assert g.kw == 1 or g.upw % nb.MMA_STAGE == 0
-    assert threads <= 256 and shared == nb.mma_shared_bytes(g.m, g.k, threads)
+    assert g.kw == 1 or g.upw % nm.MMA_STAGE == 0
+    assert threads <= 256 and shared == nm.mma_shared_bytes(g.m, g.k, threads)
     f32 = np.float32
     a = mem.view(a_ptr, dtype, g.m * g.k).reshape(g.m, g.k).astype(np.float64)
     rows = mem.view(b_ptr, np.uint8, g.n * g.row_bytes).reshape(g.n, g.row_bytes)

@@ -13,6 +13,7 @@ import pytest
 
 from onnx_ep.providers.cuda import blas
 from onnx_ep.providers.cuda.kernels import nbits as nb
+from onnx_ep.providers.cuda.kernels import nbits_mma as nm
 from onnx_ep.providers.cuda.kernels import quant_contrib
 from tests.helpers.cuda_family import FLOATS, check, check_replays_match_eager, record_launches
 from tests.helpers.nbits_cases import GbqCase, NBitsCase, one_node
@@ -132,7 +133,7 @@ def test_tensor_core_gemv(cuda_device, monkeypatch, dtype, block, zp, m):
     """nbits_mma on every option it takes, forced on a small B: 77 rows (the last 16-row
     group partly past N), 10 units of 32 codes split over 2 warps in whole stages of 8, a
     bias, and a partial last block (K = 320)."""
-    monkeypatch.setattr(nb, "MMA_MIN_WARPS", 1)
+    monkeypatch.setattr(nm, "MMA_MIN_WARPS", 1)
     launched = record_launches(monkeypatch)
     case = NBitsCase(k=320, n=77, block=block, a_shape=(m, 320), dtype=dtype, zp=zp,
                      bias=True, seed=block + m)
@@ -145,7 +146,7 @@ def test_both_routes_of_the_lm_head_keep_the_promise(cuda_device, monkeypatch):
     launched = record_launches(monkeypatch)
     case = NBitsCase(k=896, n=40000, block=32, a_shape=(1, 1, 896), dtype=np.float16, seed=4)
     _check(case)
-    monkeypatch.setattr(nb, "MMA_ROUTE", False)
+    monkeypatch.setattr(nm, "MMA_ROUTE", False)
     _check(case)
     assert [name for name, *_ in launched] == ["nbits_mma_b4_f16", "nbits_gemv_b4_m1r4_f16"]
 
@@ -234,7 +235,7 @@ def test_captured_replays_equal_eager_runs_bit_for_bit(cuda_device, dtype, m):
 
 @pytest.mark.parametrize("m", [1, 3])
 def test_tensor_core_replays_equal_eager_runs_bit_for_bit(cuda_device, monkeypatch, m):
-    monkeypatch.setattr(nb, "MMA_MIN_WARPS", 1)
+    monkeypatch.setattr(nm, "MMA_MIN_WARPS", 1)
     case = NBitsCase(k=896, n=4864, block=32, a_shape=(1, m, 896), dtype=np.float16,
                      zp="packed", bias=True, seed=30 + m)
     check_replays_match_eager(case.model, case.feeds)
@@ -245,7 +246,7 @@ def test_runs_are_deterministic(cuda_device, monkeypatch, k, n):
     from onnx_ep import Session
 
     case = NBitsCase(k=k, n=n, block=32, a_shape=(1, 1, k), dtype=np.float16, seed=7)
-    geo = nb.mma_geometry(nb.nbits_plan(_meta(case)), 1, np.float16, 0, 90)
+    geo = nm.mma_geometry(nb.nbits_plan(_meta(case)), 1, np.float16, 0, 90)
     assert (geo is not None) == (n == 4864)     # the routes the ids name
     sess = Session(case.model, providers=["cuda"])
     try:

@@ -27,6 +27,7 @@ from onnx_ep.core.kernel import (
 from onnx_ep.errors import NodeError
 from onnx_ep.providers.cuda.kernels import nbits as nb
 from onnx_ep.providers.cuda.kernels import nbits_gather as gq
+from onnx_ep.providers.cuda.kernels import nbits_mma as nm
 from onnx_ep.providers.cuda.kernels import quant_contrib
 from onnx_ep.providers.cuda.kernels.base import BF16, suffix
 from onnx_ep.testing.ulp import judge
@@ -117,7 +118,7 @@ def test_every_symbol_the_host_can_pick_is_instantiated():
                 assert f"gbq_{part}_{suffix(i)}_{suffix(o)}" in built
     assert {"nbits_gemv_b4_m1r1_f16", "gbq_u8_i64_f32", "nbits_scatter_b16"} <= built
     assert {rows for rows, _ in nb.GEMV_MAXU} == set(nb.GEMV_ROWS)
-    for dtype in nb.MMA_FLOATS:
+    for dtype in nm.MMA_FLOATS:
         assert f"nbits_mma_b4_{suffix(dtype)}" in built
 
 
@@ -131,7 +132,7 @@ def test_each_gemv_kernel_holds_the_chunks_the_host_plans():
 
 def test_struct_layouts_match_the_source():
     src = (Path(nb.__file__).parent / "nbits.cu").read_text()
-    for cls, name in ((nb.NbGeo, "NbGeo"), (nb.NbMma, "NbMma"), (gq.GbqGeo, "GbqGeo")):
+    for cls, name in ((nb.NbGeo, "NbGeo"), (nm.NbMma, "NbMma"), (gq.GbqGeo, "GbqGeo")):
         body = re.search(r"struct %s \{(.*?)\};" % name, src, re.S).group(1)
         fields = re.findall(r"^\s*(long long|int) (\w+);", body, re.M)
         assert [f for _, f in fields] == [f for f, _ in cls._fields_], name
@@ -148,10 +149,10 @@ def test_tensor_core_ring_sizes_match_the_source():
                  "MMA_THREADS"):
         env[name] = eval(d[name], {}, dict(env))    # each a C expression of the ones before
     assert (env["MMA_STAGE"], env["MMA_DEPTH"], env["MMA_STAGE_BYTES"]) == \
-        (nb.MMA_STAGE, nb.MMA_DEPTH, nb.MMA_STAGE_BYTES)
-    assert nb.MMA_THREADS <= env["MMA_THREADS"]     # __launch_bounds__ of the kernel
+        (nm.MMA_STAGE, nm.MMA_DEPTH, nm.MMA_STAGE_BYTES)
+    assert nm.MMA_THREADS <= env["MMA_THREADS"]     # __launch_bounds__ of the kernel
     # the kernel's 16-byte copies need 16-byte aligned slots and rows
-    assert nb.MMA_STAGE_BYTES % 16 == 0 and env["MMA_ROWB"] % 16 == 0
+    assert nm.MMA_STAGE_BYTES % 16 == 0 and env["MMA_ROWB"] % 16 == 0
 
 
 # ---------------------------------------------------------------- geometry
@@ -464,7 +465,7 @@ def test_tensor_core_model_keeps_the_promise(monkeypatch, dtype, block, zp, m):
     of its sums, as on an sm_90 device, forced on a small B: 77 rows and 15 units split over
     2 warps in whole stages (8 and 7), a partial last block (K = 512 - 32)."""
     monkeypatch.setattr(nb, "_arch", lambda ctx: 90)
-    monkeypatch.setattr(nb, "MMA_MIN_WARPS", 1)
+    monkeypatch.setattr(nm, "MMA_MIN_WARPS", 1)
     case = NBitsCase(k=480, n=77, block=block, a_shape=(m, 480), dtype=dtype, zp=zp,
                      bias=m != 1, seed=block + m)
     calls = _check_mnb(case, monkeypatch, "mma")
@@ -475,7 +476,7 @@ def test_tensor_core_model_keeps_the_promise(monkeypatch, dtype, block, zp, m):
 @pytest.mark.parametrize("dtype,zp,bits", [(F32, None, 4), (F16, "typed", 4), (F16, None, 8)])
 def test_what_the_tensor_cores_do_not_take_stays_on_the_gemv(monkeypatch, dtype, zp, bits):
     monkeypatch.setattr(nb, "_arch", lambda ctx: 90)
-    monkeypatch.setattr(nb, "MMA_MIN_WARPS", 1)
+    monkeypatch.setattr(nm, "MMA_MIN_WARPS", 1)
     case = NBitsCase(k=256, n=37, block=32, bits=bits, a_shape=(1, 256), dtype=dtype, zp=zp,
                      seed=3)
     _check_mnb(case, monkeypatch, "gemv")
@@ -672,12 +673,12 @@ def test_many_rows_of_b_take_four_a_thread_with_two_chunks_each():
     (4864, 896, 1, None),
 ])
 def test_tensor_core_gemv_geometry_of_decode_shapes(k, n, m, want):
-    g = nb.mma_geometry(_plan(k, n), m, F16, 0, 90)
+    g = nm.mma_geometry(_plan(k, n), m, F16, 0, 90)
     if want is None:
         assert g is None and nb.gemv_geometry(_plan(k, n), m) is not None
         return
     assert (g.kw, g.upw, g.grid[0], g.shared_bytes) == want
-    assert g.block == (nb.MMA_THREADS, 1, 1)
+    assert g.block == (nm.MMA_THREADS, 1, 1)
 
 
 @pytest.mark.parametrize("change,why", [
@@ -693,22 +694,22 @@ def test_tensor_core_gemv_geometry_of_decode_shapes(k, n, m, want):
 def test_tensor_core_gemv_declines(change, why):
     c = dict(k=896, n=151936, block=32, bits=4, m=1, dtype=F16, zp=0, arch=90) | change
     plan = _plan(c["k"], c["n"], c["block"], c["bits"])
-    assert nb.mma_geometry(plan, c["m"], c["dtype"], c["zp"], c["arch"]) is None, why
+    assert nm.mma_geometry(plan, c["m"], c["dtype"], c["zp"], c["arch"]) is None, why
 
 
 def test_tensor_core_gemv_is_off_when_asked(monkeypatch):
-    assert nb.mma_geometry(_plan(896, 151936), 1, F16, 0, 90) is not None
-    monkeypatch.setattr(nb, "MMA_ROUTE", False)
-    assert nb.mma_geometry(_plan(896, 151936), 1, F16, 0, 90) is None
+    assert nm.mma_geometry(_plan(896, 151936), 1, F16, 0, 90) is not None
+    monkeypatch.setattr(nm, "MMA_ROUTE", False)
+    assert nm.mma_geometry(_plan(896, 151936), 1, F16, 0, 90) is None
 
 
 def test_tensor_core_gemv_with_few_rows_splits_k_over_warps(monkeypatch):
-    monkeypatch.setattr(nb, "MMA_MIN_WARPS", 1)
-    g = nb.mma_geometry(_plan(896, 4864), 1, F16, 0, 90)
+    monkeypatch.setattr(nm, "MMA_MIN_WARPS", 1)
+    g = nm.mma_geometry(_plan(896, 4864), 1, F16, 0, 90)
     # 28 units: 4 warps of one stage each (8 more would leave warps with none)
     assert (g.kw, g.upw, g.grid[0]) == (4, 8, 304)
-    monkeypatch.setattr(nb, "MMA_THREADS", 256)
-    g = nb.mma_geometry(_plan(896, 4864), 1, F16, 0, 90)
+    monkeypatch.setattr(nm, "MMA_THREADS", 256)
+    g = nm.mma_geometry(_plan(896, 4864), 1, F16, 0, 90)
     assert (g.kw, g.upw, g.grid[0], g.block) == (4, 8, 152, (256, 1, 1))
-    g = nb.mma_geometry(_plan(4864, 896), 1, F16, 0, 90)
+    g = nm.mma_geometry(_plan(4864, 896), 1, F16, 0, 90)
     assert (g.kw, g.upw, g.grid[0]) == (8, 24, 56)

@@ -8,8 +8,8 @@ uint8, codes of ``bits`` (2, 4, 8) packed low bits first, dequantized per block 
 (:func:`gemv_geometry`, pure Python, tested on the CPU), so the plan knows the workspace:
 
 - **tensor-core gemv** (M <= 8, 4-bit codes in blocks of 32 or more, no or packed zero
-  points, float16/bfloat16 A, sm_80+, B with rows enough for :data:`MMA_MIN_WARPS` warps:
-  :func:`mma_geometry`): ``nbits_mma_b4_*`` turns each code into an exact
+  points, float16/bfloat16 A, sm_80+, B with rows enough for the GPU's warps:
+  :mod:`.nbits_mma`): ``nbits_mma_b4_*`` turns each code into an exact
   ``code - zero_point`` of A's type and multiplies on tensor cores (``mma.m16n8k16``,
   float32 sums), scaling each 32-code unit's sum in float32. Each warp streams its 16 rows
   of B and their scales through a ring of shared-memory stages (``cp.async``) over a
@@ -76,6 +76,7 @@ from onnx_ep.providers.cuda.kernels.base import (
 )
 from onnx_ep.providers.cuda.kernels.fused_gemm import MATMUL_ADD_PARITY, MS_DOMAIN
 from onnx_ep.providers.cuda.kernels.gemm import problem_alignment
+from onnx_ep.providers.cuda.kernels.nbits_mma import Mma, NbMma, mma_geometry, resident_blocks
 from onnx_ep.providers.shared.nbits import NBITS_BITS, NBitsGeometry, nbits_geometry  # noqa: F401
 
 #: A's dtypes (the scales', typed zero points' and bias' too)
@@ -137,89 +138,6 @@ class NbGeo(ctypes.Structure):
                 ("zp_mode", ctypes.c_int32), ("zp_row_bytes", ctypes.c_int32)]
 
 
-class NbMma(ctypes.Structure):
-    """``struct NbMma`` of nbits.cu (by value)."""
-
-    _fields_ = [("n", ctypes.c_int64), ("k", ctypes.c_int32), ("m", ctypes.c_int32),
-                ("n_blocks", ctypes.c_int32), ("log2_block", ctypes.c_int32),
-                ("row_bytes", ctypes.c_int32), ("units", ctypes.c_int32),
-                ("kw", ctypes.c_int32), ("upw", ctypes.c_int32), ("zp_mode", ctypes.c_int32),
-                ("zp_row_bytes", ctypes.c_int32)]
-
-
-#: take the tensor-core gemv where it applies (False: the float32 gemv for every decode)
-MMA_ROUTE = True
-#: activations the tensor-core gemv takes (float32 would need tf32, which rounds A)
-MMA_FLOATS = frozenset((np.dtype(np.float16), BF16))
-#: threads of its blocks (the kernel allows up to 256), and warps it aims for (16 per H200
-#: multiprocessor)
-MMA_THREADS = 128
-MMA_TARGET_WARPS = 132 * 16
-#: nbits.cu's per-warp ring: 32-code units a stage, stages in flight, bytes of a stage
-MMA_STAGE = 8
-MMA_DEPTH = 4
-MMA_STAGE_BYTES = 16 * (MMA_STAGE * 16 + 16) + 16 * 5 * 4
-#: warps (16-row groups of B x kw) it needs at least: with fewer, the float32 gemv (more
-#: threads a row) wins. On the H200 (L2 flushed, 128 threads)
-#: it beat the gemv wherever it had 288 warps or more (896 x 1152: 7.1 against 7.8 us;
-#: 896 x 4864: 8.3 / 9.1; 4096 x 11008: 27.2 / 37.4; the LM head 896 x 151936: 56.4 / 78.9)
-#: and lost with 224 (4864 x 896: 14.8 / 10.9)
-MMA_MIN_WARPS = 2 * 132
-
-
-@attrs.frozen
-class Mma:
-    """One tensor-core gemv launch (``nbits_mma_b4_*``): ``kw`` warps share 16 rows of B,
-    each taking ``upw`` of a row's 32-code units."""
-
-    kw: int
-    upw: int
-    grid: tuple[int, int, int]
-    shared_bytes: int
-    threads: int = MMA_THREADS
-
-    @property
-    def block(self) -> tuple[int, int, int]:
-        return (self.threads, 1, 1)
-
-
-def mma_shared_bytes(m: int, k: int, threads: int) -> int:
-    """Dynamic shared memory of ``nbits_mma_b4_*``: each warp's ring of stages, A as T, and
-    the warps' partial sums."""
-    return threads // 32 * MMA_DEPTH * MMA_STAGE_BYTES + 2 * m * k + threads * 16
-
-
-def mma_geometry(plan: NBitsPlan, m: int, dtype: Any, zp_mode: int,
-                 arch: int) -> Mma | None:
-    """The tensor-core gemv for ``m`` rows of A, or ``None`` where it does not apply: it
-    takes 4-bit codes in blocks of 32 or more, K a multiple of 32, zero points none or
-    packed, float16 or bfloat16 A of at most 8 rows, on sm_80 and later (``arch`` 80).
-    Where few rows of B leave warps idle, ``kw`` warps split a row's units, in whole
-    stages; B that leaves fewer than :data:`MMA_MIN_WARPS` warps busy even so takes the
-    gemv."""
-    if (not MMA_ROUTE or arch < 80 or plan.bits != 4 or plan.block < 32 or plan.k % 32
-            or zp_mode not in (0, 1) or np.dtype(dtype) not in MMA_FLOATS
-            or not 1 <= m <= GEMV_MAX_M):
-        return None
-    threads = MMA_THREADS
-    smem = mma_shared_bytes(m, plan.k, threads)
-    if smem > GEMV_SMEM_MAX:
-        return None
-    units, groups = plan.k // 32, -(-plan.n // 16)
-    warps = threads // 32
-    kw, upw = 1, units
-    while kw * 2 <= warps and groups * kw < MMA_TARGET_WARPS:
-        per = -(-units // (2 * kw))
-        split = -(-per // MMA_STAGE) * MMA_STAGE   # parts start on a stage
-        if -(-units // split) <= kw:      # no more warps would have units
-            break
-        kw, upw = 2 * kw, split
-    if groups * kw < MMA_MIN_WARPS:
-        return None
-    blocks = -(-groups // (warps // kw))
-    return Mma(kw, upw, (min(blocks, 65535), 1, 1), smem, threads)
-
-
 def row_bytes(plan: NBitsPlan) -> int:
     """Bytes of one row of B (its ``n_blocks`` blobs)."""
     return plan.n_blocks * plan.blob
@@ -234,16 +152,6 @@ def _arch(ctx: ExecutionContext) -> int:
     """The device's compute capability as 80, 90, ... (0 when the stream does not say)."""
     arch = getattr(getattr(ctx.stream, "device", None), "arch", "")
     return int(arch[3:]) if isinstance(arch, str) and arch[3:].isdigit() else 0
-
-
-def _resident_blocks(ctx: ExecutionContext, fn: Any, threads: int, shared_bytes: int) -> int:
-    """Blocks of ``fn`` the whole device holds at once (0 when the stream does not say)."""
-    sms = getattr(getattr(ctx.stream, "device", None), "multiprocessors", 0)
-    if not isinstance(sms, int) or sms <= 0:
-        return 0
-    from onnx_ep.providers.cuda import launch
-
-    return launch.max_active_blocks(fn, threads, shared_bytes) * sms
 
 
 def _pow2_at_least(n: int) -> int:
@@ -585,7 +493,7 @@ class MatMulNBits(CudaKernel):
             launch.allow_dynamic_shared(fn)
         # a persistent grid: each warp's ring runs on from tile to tile instead of a
         # block ending (and its ring draining) after one
-        resident = _resident_blocks(ctx, fn, mma.threads, mma.shared_bytes)
+        resident = resident_blocks(ctx, fn, mma.threads, mma.shared_bytes)
         grid = (min(mma.grid[0], resident), 1, 1) if resident > 0 else mma.grid
         self.launch(fn, grid, mma.block,
                     [(a.ptr, PTR), (b.ptr, PTR), (scales.ptr, PTR), (zp_ptr, PTR),

@@ -1,0 +1,124 @@
+"""The tensor-core route of com.microsoft::MatMulNBits on CUDA (``nbits_mma_b4_*`` of
+``nbits.cu``; the kernel class is :class:`~.nbits.MatMulNBits`): its launch struct, its
+geometry, pure Python (tested on the CPU), and the persistent grid it launches.
+
+A warp takes 16 rows of B and splits nothing (``kw`` 1) when B has rows enough for the
+GPU's warps; otherwise ``kw`` warps split a row's 32-code units in whole stages of the
+warp's ring (``cp.async`` into shared memory, :data:`MMA_STAGE` units a stage,
+:data:`MMA_DEPTH` stages in flight). B that leaves fewer than :data:`MMA_MIN_WARPS` warps
+busy takes the float32 gemv instead.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+import attrs
+import numpy as np
+
+from onnx_ep.core.kernel import ExecutionContext
+from onnx_ep.providers.cuda.kernels.base import BF16
+from onnx_ep.providers.shared.nbits import NBitsGeometry
+
+#: rows of A it takes at most: the n = 8 of mma.m16n8k16
+MMA_MAX_M = 8
+#: dynamic shared memory a block may use: every sm_80+ device allows 96 KiB (sm_86 / sm_89
+#: at most 99)
+MMA_SMEM_MAX = 96 * 1024
+
+
+class NbMma(ctypes.Structure):
+    """``struct NbMma`` of nbits.cu (by value)."""
+
+    _fields_ = [("n", ctypes.c_int64), ("k", ctypes.c_int32), ("m", ctypes.c_int32),
+                ("n_blocks", ctypes.c_int32), ("log2_block", ctypes.c_int32),
+                ("row_bytes", ctypes.c_int32), ("units", ctypes.c_int32),
+                ("kw", ctypes.c_int32), ("upw", ctypes.c_int32), ("zp_mode", ctypes.c_int32),
+                ("zp_row_bytes", ctypes.c_int32)]
+
+
+#: take the tensor-core gemv where it applies (False: the float32 gemv for every decode)
+MMA_ROUTE = True
+#: activations the tensor-core gemv takes (float32 would need tf32, which rounds A)
+MMA_FLOATS = frozenset((np.dtype(np.float16), BF16))
+#: threads of its blocks (the kernel allows up to 256), and warps it aims for (16 per H200
+#: multiprocessor)
+MMA_THREADS = 128
+MMA_TARGET_WARPS = 132 * 16
+#: nbits.cu's per-warp ring: 32-code units a stage, stages in flight, bytes of a stage
+MMA_STAGE = 8
+MMA_DEPTH = 4
+MMA_STAGE_BYTES = 16 * (MMA_STAGE * 16 + 16) + 16 * 5 * 4
+#: warps (16-row groups of B x kw) it needs at least: with fewer, the float32 gemv (more
+#: threads a row) wins. On the H200 (L2 flushed, 128 threads)
+#: it beat the gemv wherever it had 288 warps or more (896 x 1152: 7.1 against 7.8 us;
+#: 896 x 4864: 8.3 / 9.1; 4096 x 11008: 27.2 / 37.4; the LM head 896 x 151936: 56.4 / 78.9)
+#: and lost with 224 (4864 x 896: 14.8 / 10.9)
+MMA_MIN_WARPS = 2 * 132
+
+
+@attrs.frozen
+class Mma:
+    """One tensor-core gemv launch (``nbits_mma_b4_*``): ``kw`` warps share 16 rows of B,
+    each taking ``upw`` of a row's 32-code units."""
+
+    kw: int
+    upw: int
+    grid: tuple[int, int, int]
+    shared_bytes: int
+    threads: int = MMA_THREADS
+
+    @property
+    def block(self) -> tuple[int, int, int]:
+        return (self.threads, 1, 1)
+
+
+def mma_shared_bytes(m: int, k: int, threads: int) -> int:
+    """Dynamic shared memory of ``nbits_mma_b4_*``: each warp's ring of stages, A as T, and
+    the warps' partial sums."""
+    return threads // 32 * MMA_DEPTH * MMA_STAGE_BYTES + 2 * m * k + threads * 16
+
+
+def mma_geometry(plan: NBitsGeometry, m: int, dtype: Any, zp_mode: int,
+                 arch: int) -> Mma | None:
+    """The tensor-core gemv for ``m`` rows of A, or ``None`` where it does not apply: it
+    takes 4-bit codes in blocks of 32 or more, K a multiple of 32, zero points none or
+    packed, float16 or bfloat16 A of at most 8 rows, on sm_80 and later (``arch`` 80).
+    Where few rows of B leave warps idle, ``kw`` warps split a row's units, in whole
+    stages; B that leaves fewer than :data:`MMA_MIN_WARPS` warps busy even so takes the
+    gemv."""
+    if (not MMA_ROUTE or arch < 80 or plan.bits != 4 or plan.block < 32 or plan.k % 32
+            or zp_mode not in (0, 1) or np.dtype(dtype) not in MMA_FLOATS
+            or not 1 <= m <= MMA_MAX_M):
+        return None
+    threads = MMA_THREADS
+    smem = mma_shared_bytes(m, plan.k, threads)
+    if smem > MMA_SMEM_MAX:
+        return None
+    units, groups = plan.k // 32, -(-plan.n // 16)
+    warps = threads // 32
+    kw, upw = 1, units
+    while kw * 2 <= warps and groups * kw < MMA_TARGET_WARPS:
+        per = -(-units // (2 * kw))
+        split = -(-per // MMA_STAGE) * MMA_STAGE   # parts start on a stage
+        if -(-units // split) <= kw:      # no more warps would have units
+            break
+        kw, upw = 2 * kw, split
+    if groups * kw < MMA_MIN_WARPS:
+        return None
+    blocks = -(-groups // (warps // kw))
+    return Mma(kw, upw, (min(blocks, 65535), 1, 1), smem, threads)
+
+
+
+def resident_blocks(ctx: ExecutionContext, fn: Any, threads: int, shared_bytes: int) -> int:
+    """Blocks of ``fn`` the whole device holds at once (0 when the stream does not say)."""
+    sms = getattr(getattr(ctx.stream, "device", None), "multiprocessors", 0)
+    if not isinstance(sms, int) or sms <= 0:
+        return 0
+    from onnx_ep.providers.cuda import launch
+
+    return launch.max_active_blocks(fn, threads, shared_bytes) * sms
+
+
