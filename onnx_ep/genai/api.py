@@ -29,7 +29,9 @@ class GenerationResult:
     tokens: list[list[int]]
     text: list[str] | None
     stats: GenerationStats
-    sequences: list[list[int]]       #: prompt (with padding) and new tokens, per row
+    #: prompt (with padding) and new tokens, per row: ``Generator.get_sequence``, which
+    #: ends before the EOS that ended the last row (onnxruntime-genai's rule)
+    sequences: list[list[int]]
 
 
 def _model(model: Model | str | os.PathLike[str], providers: list[str] | None,
@@ -64,6 +66,8 @@ class TokenStream:
         self.stats: GenerationStats = self.generator.stats
         self.max_new_tokens = max_new_tokens
         self.batch = ids.shape[0]
+        #: columns of the (padded) prompt: where each row's new tokens start
+        self.prompt_length = ids.shape[1]
 
     def __iter__(self) -> Iterator[Any]:
         gen = self.generator

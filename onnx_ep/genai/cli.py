@@ -100,7 +100,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
                 continue
             piece = decoder.decode(tok) if decoder is not None else f"{tok} "
             print(piece, end="", flush=True)
-        prompt_ids = ts.generator.get_sequence(0)[:-len(tokens) or None].tolist()
+        prompt_ids = ts.generator.get_sequence(0)[:ts.prompt_length].tolist()
     finally:
         ts.close()
     stats = ts.stats.as_dict()

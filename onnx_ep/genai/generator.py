@@ -18,13 +18,15 @@ The loop has onnxruntime-genai's shape and rules (docs/GENAI.md)::
   the model's added ArgMax output (``Model.greedy_output``), and the logits are downloaded
   only for sampling, ``min_length``'s EOS mask or :meth:`Generator.get_logits`.
 - **Stop.** A row is done at one of ``eos_token_id``; afterwards it gets ``pad_token_id``.
-  Everything stops at ``max_length`` (prompt included).
+  Everything stops at ``max_length`` (prompt included). As in onnxruntime-genai, the step
+  that ends the last row at an EOS is not appended to the sequences: ``get_next_tokens``
+  returns it, ``get_sequence`` ends before it.
 - **One step in flight.** On a device, a greedy decode step whose token is the model's
   argmax (no sampling, no ``min_length`` mask, no row done, room for another token) queues
   the next step before it waits for its own ids: the next step's ``input_ids`` are the ids
   output of this one, on the device, so the host's work on a token overlaps the device's
   work on the next. The queued step ran on exactly the token this one then chooses; if
-  nothing follows (EOS), its work is only unused.
+  that token is the EOS that ends the generation, the queued step is dropped.
 - **Feeds.** ``seqlens_k`` (int32 ``[batch]``, each row's tokens - 1) and
   ``total_sequence_length`` (int32 scalar) are computed per step when the graph has them
   as inputs. With a shared KV buffer the decode steps' ``attention_mask`` is
@@ -219,13 +221,21 @@ class Generator:
             else:
                 nxt = srch.greedy(logits)
         nxt = np.where(self.done, self.pad, nxt)
-        self.sequences[:, self.length] = nxt
-        self.mask[:, self.length] = 1
-        self.length += 1
-        self.done |= np.isin(nxt, self.eos)
         self._next = nxt
         self._ready = False
         self._raw_logits = self._host_logits = self._greedy = None
+        done = self.done | np.isin(nxt, self.eos)
+        if done.all():
+            # onnxruntime-genai's rule: the step that ends the last row at an EOS is not
+            # appended to the sequences (get_next_tokens still returns it), and the model
+            # never takes it: a later append_tokens goes on from the token before
+            self.done = done
+            self._drop_ahead()
+            return
+        self.sequences[:, self.length] = nxt
+        self.mask[:, self.length] = 1
+        self.length += 1
+        self.done = done
 
     def get_next_tokens(self) -> np.ndarray:
         """The token each row got from the last :meth:`generate_next_token` (``[batch]``)."""
@@ -356,6 +366,16 @@ class Generator:
         elif end - start == 1 and self._logits_target is None:
             self._logits_target = raw
         self._ready = True
+
+    def _drop_ahead(self) -> None:
+        """Forget a step queued on a token that is not appended: it ran, and its writes to
+        the shared KV buffer's column are overwritten by whatever is appended there next,
+        but the model has not seen that column."""
+        while self._queued and self._queued[-1].start >= self.length:
+            q = self._queued.pop()
+            self.counts -= self.mask[:, q.start:q.end].sum(axis=1)
+            self.mask[:, q.start:q.end] = 0
+            self.fed = q.start
 
     def _ahead(self) -> Any:
         """The queued decode step's ids on the device when the next step may be queued

@@ -30,6 +30,16 @@ def test_generate_json_and_sampling_flags(folders, capsys):
     assert a["stats"]["decode"]["signatures"] == 1 and a["text"] is None
 
 
+def test_generate_json_through_an_eos(folders, capsys):
+    """The EOS that ends the generation is streamed (the last token) but not in the
+    generator's sequence: the prompt ids printed are still the prompt's."""
+    assert cli.main(["generate", str(folders["growing"]), "--prompt-ids", "5,9,3,7",
+                     "--max-new-tokens", "40", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["tokens"][-1] == 47 and len(res["tokens"]) < 40
+    assert res["prompt_ids"] == [5, 9, 3, 7]
+
+
 def test_generate_refusals_exit_2(folders, capsys):
     assert cli.main(["generate", str(folders["growing"]), "--prompt", "hi"]) == 2
     assert "tokenizer.json" in capsys.readouterr().err

@@ -40,7 +40,8 @@ def test_greedy_equals_the_numpy_greedy_loop(model, folders):
     expected = gm.reference_greedy(folders["weights"], PROMPT, 12, eos=(EOS,))
     res = genai.generate(model, PROMPT, max_new_tokens=12)
     assert res.tokens == [expected]
-    assert res.sequences[0] == PROMPT + expected
+    # onnxruntime-genai's rule: the EOS that ends the last row is not in the sequence
+    assert res.sequences[0] == PROMPT + (expected[:-1] if expected[-1] == EOS else expected)
 
 
 def test_prefill_logits_match_the_oracle(model, folders):
@@ -58,8 +59,30 @@ def test_stops_at_eos_and_pads_after_it(model, folders):
     expected = gm.reference_greedy(folders["weights"], PROMPT, 20, eos=(EOS,))
     assert expected[-1] == EOS and len(expected) < 20      # the fixture model meets EOS
     gen, steps = _loop(model, PROMPT, 40)
-    assert gen.is_done() and gen.length == len(PROMPT) + len(expected)
+    # the EOS step is returned by get_next_tokens but not appended (onnxruntime-genai's rule)
+    assert gen.is_done() and gen.length == len(PROMPT) + len(expected) - 1
     assert steps[:, 0].tolist() == expected
+    assert gen.get_sequence(0).tolist() == PROMPT + expected[:-1]
+
+
+def test_appending_after_the_eos_goes_on_from_the_token_before_it(model, folders):
+    """The EOS that ended the generation is not in the sequence, and the model never took
+    it: appended tokens follow the token before it, as a fresh prompt of the same tokens."""
+    expected = gm.reference_greedy(folders["weights"], PROMPT, 20, eos=(EOS,))
+    params = genai.GeneratorParams(model)
+    params.set_search_options(max_length=40)
+    gen = genai.Generator(model, params)
+    gen.append_tokens(PROMPT)
+    while not gen.is_done():
+        gen.generate_next_token()
+    assert gen.get_next_tokens().tolist() == [EOS]
+    gen.append_tokens([11, 12])
+    gen.generate_next_token()
+    prefix = PROMPT + expected[:-1] + [11, 12]
+    assert gen.get_sequence(0).tolist() == prefix + gen.get_next_tokens().tolist()
+    assert gen.get_next_tokens().tolist() == \
+        gm.reference_greedy(folders["weights"], prefix, 1, eos=(EOS,))
+    gen.close()
 
 
 def test_stops_at_max_length(model):

@@ -103,6 +103,31 @@ def test_a_batch_with_a_row_ending_early_matches_the_oracle(folder):
     assert want[0].count(eos[0]) >= 1 and want[0][-1] == 0      # padded after its EOS
 
 
+def test_a_step_queued_on_the_final_eos_is_dropped(folder):
+    """The step queued on the token that turns out to be the EOS ending the generation ran,
+    but that EOS is not appended (onnxruntime-genai's rule): appending afterwards gives the
+    oracle's tokens, as if the queued step had never run."""
+    path, _ = folder
+    model, oracle = _pair(path)
+    plain, _, _ = _run(oracle, [PROMPT], 12, eos=())
+    eos = (plain[0][len(PROMPT) + 5],)            # the 6th new token ends the generation
+    results = []
+    for m in (oracle, model):
+        m.config = attrs.evolve(m.config, eos_token_ids=eos)
+        gen = _generator(m, [PROMPT])
+        while not gen.is_done():
+            gen.generate_next_token()
+        assert gen.get_next_tokens().tolist() == [eos[0]]
+        gen.append_tokens([11, 12])
+        for _ in range(4):
+            gen.generate_next_token()
+        results.append((gen.get_sequence(0).tolist(), _decode(gen.stats)))
+        gen.close()
+    (want, _), (got, decode) = results
+    assert got == want and want[:len(PROMPT) + 7] == plain[0][:len(PROMPT) + 5] + [11, 12]
+    assert sum(s.ahead for s in decode) >= 4      # the EOS step's was queued, then dropped
+
+
 @pytest.mark.parametrize("search", [{"do_sample": True, "top_k": 5, "random_seed": 3},
                                     {"min_length": 9}], ids=["sampling", "min_length"])
 def test_steps_chosen_from_logits_are_not_queued_ahead_while_they_are(folder, search):
