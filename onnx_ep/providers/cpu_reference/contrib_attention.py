@@ -1,6 +1,6 @@
 """onnxruntime's transformer contrib ops (com.microsoft, since 1): GroupQueryAttention,
-MultiHeadAttention, RotaryEmbedding and SkipLayerNormalization, with onnxruntime CPU's
-semantics (docs/PARITY.md, "Contrib ops: attention").
+MultiHeadAttention and RotaryEmbedding, with onnxruntime CPU's semantics (docs/PARITY.md,
+"Contrib ops: attention"; SkipLayerNormalization is in :mod:`.normalization`).
 
 Numerics, as :mod:`.attention` for float32: every matmul (``Q K^T``, ``P V``) accumulates
 in float64 and is rounded once to float32; scale, masks, softcap and softmax run in
@@ -8,7 +8,6 @@ float32. float16 and bfloat16 are widened to float32 and the output is rounded o
 (no ONNX function body fixes a float16 recipe for these ops: narrow floats accumulate in
 float32, as everywhere else in the reference). Rotations are computed in float64 from the
 exact values and rounded once to the input type, which is what the KV cache stores.
-SkipLayerNormalization follows SkipSimplifiedLayerNormalization: float64, rounded once.
 
 The scores matrix ``(batch, heads, q_len, kv_len)`` of both attention ops lives in the
 node's workspace; :func:`scores_spec` is the one sizing formula for planning and execution.
@@ -34,8 +33,6 @@ from onnx_ep.providers.cpu_reference.dot import matmul
 from onnx_ep.providers.cpu_reference.formats import BFLOAT16, source_value
 from onnx_ep.providers.cpu_reference.fused_gemm import MS_DOMAIN
 from onnx_ep.providers.cpu_reference.lowfloat import round_to, upcast
-from onnx_ep.providers.cpu_reference.normalization import check_skip_inputs
-from onnx_ep.providers.cpu_reference.softmax import NORM_PARITY
 
 #: the activation types onnxruntime's schemas allow (T)
 CONTRIB_DTYPES = frozenset(np.dtype(d) for d in (np.float32, np.float16, BFLOAT16))
@@ -190,11 +187,9 @@ class GroupQueryAttention(CpuKernel):
         for pos, what in _GQA_UNSUPPORTED.items():
             if inputs[pos] is not None:
                 raise self.fail(ctx, f"input {pos} {what} is not supported by cpu_reference")
-        for name, why in (("sliding_window_cache", "a window-sized KV cache"),
-                          ("qk_output", "the output_qk output")):
-            if int(node.attr(name, 0)):
-                raise self.fail(ctx, f"{name}={node.attr(name)} ({why}) is not supported by "
-                                     f"cpu_reference; use 0")
+        if int(node.attr("qk_output", 0)):
+            raise self.fail(ctx, f"qk_output={node.attr('qk_output')} (the output_qk output) "
+                                 f"is not supported by cpu_reference; use 0")
         for name in ("k_quant_type", "v_quant_type"):
             if node.attr(name, "NONE") not in ("NONE", b"NONE"):
                 raise self.fail(ctx, f"{name}={node.attr(name)!r}: quantized KV caches are "
@@ -253,11 +248,14 @@ class GroupQueryAttention(CpuKernel):
             raise self.fail(ctx, f"total_sequence_length must be an int32 scalar, got "
                                  f"{tot.dtype} {tot.shape}")
         total = int(tot.reshape(-1)[0])
+        totals = seq.astype(np.int64) + 1
+        if int(node.attr("sliding_window_cache", 0)):
+            return self._windowed(ctx, q, k_new, v_new, past_k, past_v, totals, total, cos,
+                                  sin, position_ids, attn_bias, head_sink, dtype, workspace)
         present_len = max(total, past_len)
         if present_len > past_len + q_len:
             raise self.fail(ctx, f"total_sequence_length={total} exceeds past length "
                                  f"{past_len} + {q_len} new tokens")
-        totals = seq.astype(np.int64) + 1
         first_prompt = q_len == total
         pasts = np.zeros(batch, np.int64) if first_prompt else totals - q_len
         if (pasts < 0).any() or (pasts + q_len > present_len).any() or (
@@ -267,24 +265,7 @@ class GroupQueryAttention(CpuKernel):
                                  f"{past_len}, each entry needs 0 <= seqlens_k + 1 - S <= past "
                                  f"and seqlens_k + 1 <= {present_len}")
 
-        pos = pasts.reshape(batch, 1) + np.arange(q_len).reshape(1, q_len)   # (B, S)
-        if int(node.attr("do_rotary", 0)):
-            if cos is None or sin is None:
-                raise self.fail(ctx, "do_rotary=1 needs cos_cache and sin_cache")
-            if position_ids is not None:
-                pid = np.asarray(position_ids).astype(np.int64)
-                pos = (np.broadcast_to(pid.reshape(-1)[0] + np.arange(q_len), (batch, q_len))
-                       if first_prompt else np.broadcast_to(pid, (batch, q_len)))
-            half = cos.shape[1] if cos.ndim == 2 else -1
-            if cos.shape != sin.shape or half <= 0 or 2 * half > head:
-                raise self.fail(ctx, f"cos_cache {cos.shape} and sin_cache {sin.shape} must be "
-                                     f"(max_len, rotary_dim / 2) with rotary_dim <= {head}")
-            if (pos < 0).any() or (pos >= cos.shape[0]).any():
-                raise self.fail(ctx, f"rotary positions reach {int(pos.max())}, beyond "
-                                     f"cos_cache's {cos.shape[0]} rows")
-            c, s = cos[pos][:, None], sin[pos][:, None]                     # (B, 1, S, half)
-            inter = bool(node.attr("rotary_interleaved", 0))
-            q, k_new = rotate(q, c, s, inter), rotate(k_new, c, s, inter)
+        q, k_new = self._rotary(ctx, q, k_new, pasts, first_prompt, cos, sin, position_ids)
 
         present_k = np.zeros((batch, hkv, present_len, head), dtype)
         present_v = np.zeros_like(present_k)
@@ -305,24 +286,126 @@ class GroupQueryAttention(CpuKernel):
             allowed = allowed & (qpos - j < window)
         bias = None
         if attn_bias is not None:
-            if attn_bias.ndim != 4 or attn_bias.shape[0] not in (1, batch) or (
-                    attn_bias.shape[1] not in (1, hq)) or attn_bias.shape[2:] != (q_len, total):
-                raise self.fail(ctx, f"attention_bias {attn_bias.shape} must be (batch or 1, "
-                                     f"num_heads or 1, {q_len}, {total})")
             bias = np.zeros(attn_bias.shape[:3] + (present_len,), _F32)
-            bias[..., :total] = upcast(attn_bias)
-        sink = None
-        if head_sink is not None:
-            if head_sink.shape != (hq,):
-                raise self.fail(ctx, f"head_sink must have shape ({hq},), got {head_sink.shape}")
-            sink = upcast(head_sink)
-        elif int(node.attr("smooth_softmax", 0)) == 1:
-            sink = np.zeros(hq, _F32)
+            bias[..., :total] = self._bias(ctx, attn_bias, batch, hq, q_len, total)
+        sink = self._sink(ctx, head_sink, hq)
         scale = float(node.attr("scale", 0.0)) or 1.0 / np.sqrt(head)
         spec = gqa_scores_spec(batch, q_len, hq, past_len)
         scores = _scores(workspace, spec, present_len)
         y = _attend(q, present_k, present_v, scale, allowed[:, None], scores, bias=bias,
                     softcap=float(node.attr("softcap", 0.0)), sink=sink)
+        return [_merge(y, dtype), present_k, present_v]
+
+    def _rotary(self, ctx: ExecutionContext, q: np.ndarray, k_new: np.ndarray,
+                pasts: np.ndarray, first_prompt: bool, cos: Any, sin: Any,
+                position_ids: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Q and the new K rotated at positions ``pasts + s`` (or position_ids) when
+        do_rotary is set, else unchanged."""
+        if not int(ctx.node.attr("do_rotary", 0)):
+            return q, k_new
+        batch, q_len, head = q.shape[0], q.shape[2], q.shape[3]
+        pos = pasts.reshape(batch, 1) + np.arange(q_len).reshape(1, q_len)   # (B, S)
+        if cos is None or sin is None:
+            raise self.fail(ctx, "do_rotary=1 needs cos_cache and sin_cache")
+        if position_ids is not None:
+            pid = np.asarray(position_ids).astype(np.int64)
+            pos = (np.broadcast_to(pid.reshape(-1)[0] + np.arange(q_len), (batch, q_len))
+                   if first_prompt else np.broadcast_to(pid, (batch, q_len)))
+        half = cos.shape[1] if cos.ndim == 2 else -1
+        if cos.shape != sin.shape or half <= 0 or 2 * half > head:
+            raise self.fail(ctx, f"cos_cache {cos.shape} and sin_cache {sin.shape} must be "
+                                 f"(max_len, rotary_dim / 2) with rotary_dim <= {head}")
+        if (pos < 0).any() or (pos >= cos.shape[0]).any():
+            raise self.fail(ctx, f"rotary positions reach {int(pos.max())}, beyond "
+                                 f"cos_cache's {cos.shape[0]} rows")
+        c, s = cos[pos][:, None], sin[pos][:, None]                     # (B, 1, S, half)
+        inter = bool(ctx.node.attr("rotary_interleaved", 0))
+        return rotate(q, c, s, inter), rotate(k_new, c, s, inter)
+
+    def _bias(self, ctx: ExecutionContext, attn_bias: np.ndarray, batch: int, hq: int,
+              q_len: int, total: int) -> np.ndarray:
+        """attention_bias as float32, checked: (batch or 1, num_heads or 1, S, total)."""
+        if attn_bias.ndim != 4 or attn_bias.shape[0] not in (1, batch) or (
+                attn_bias.shape[1] not in (1, hq)) or attn_bias.shape[2:] != (q_len, total):
+            raise self.fail(ctx, f"attention_bias {attn_bias.shape} must be (batch or 1, "
+                                 f"num_heads or 1, {q_len}, {total})")
+        return upcast(attn_bias)
+
+    def _sink(self, ctx: ExecutionContext, head_sink: Any, hq: int) -> np.ndarray | None:
+        """Each head's extra softmax logit: head_sink, zeros for smooth_softmax, or None."""
+        if head_sink is not None:
+            if head_sink.shape != (hq,):
+                raise self.fail(ctx, f"head_sink must have shape ({hq},), got {head_sink.shape}")
+            return upcast(head_sink)
+        if int(ctx.node.attr("smooth_softmax", 0)) == 1:
+            return np.zeros(hq, _F32)
+        return None
+
+    def _windowed(self, ctx: ExecutionContext, q: np.ndarray, k_new: np.ndarray,
+                  v_new: np.ndarray, past_k: Any, past_v: Any, totals: np.ndarray,
+                  total: int, cos: Any, sin: Any, position_ids: Any, attn_bias: Any,
+                  head_sink: Any, dtype: np.dtype, workspace: WorkspaceView | None
+                  ) -> list[Any]:
+        """``sliding_window_cache=1``: the past holds C rows (its length, C >= W =
+        local_window_size), rows ``[0, L(P))`` the newest ``L(P)`` positions before this
+        step, in order (never wrapped). After it, rows ``[0, L(T))`` hold positions
+        ``T - L(T) .. T - 1`` (T = seqlens_k + 1, absolute) and later rows keep the past's
+        bytes, with ``L(t) = t`` up to C and ``t - G * ceil((t - C) / G)`` beyond it,
+        ``G = C - W + 1`` (onnxruntime's windowed cache reclaims G rows at once). Each query
+        attends what it would over a full-length cache: keys at most W - 1 positions back,
+        causal; rotary and attention_bias use absolute positions."""
+        node = ctx.node
+        batch, hq, q_len, head = q.shape
+        window = int(node.attr("local_window_size", -1))
+        if window <= 0:
+            raise self.fail(ctx, "sliding_window_cache=1 needs local_window_size > 0 (the "
+                                 "cache keeps that many positions)")
+        if past_k is None:
+            raise self.fail(ctx, "sliding_window_cache=1 needs past_key and past_value: "
+                                 "their length is the cache's capacity")
+        cap = past_k.shape[2]
+        if cap < window:
+            raise self.fail(ctx, f"sliding_window_cache: KV cache capacity ({cap}) must be at "
+                                 f"least local_window_size ({window})")
+        pasts = totals - q_len
+        if (pasts < 0).any() or int(totals.max()) > total:
+            raise self.fail(ctx, f"seqlens_k {(totals - 1).tolist()} do not fit: each needs "
+                                 f"seqlens_k + 1 >= sequence_length {q_len} and <= "
+                                 f"total_sequence_length {total}")
+        q, k_new = self._rotary(ctx, q, k_new, pasts, False, cos, sin, position_ids)
+        bias = None if attn_bias is None else self._bias(ctx, attn_bias, batch, hq, q_len,
+                                                         total)
+        sink = self._sink(ctx, head_sink, hq)
+        scale = float(node.attr("scale", 0.0)) or 1.0 / np.sqrt(head)
+        softcap = float(node.attr("softcap", 0.0))
+        causal = bool(int(node.attr("causal", 1)))
+        reclaim = cap - window + 1
+
+        def resident(t: int) -> int:
+            return t if t <= cap else t - reclaim * -(-(t - cap) // reclaim)
+
+        present_k, present_v = np.array(past_k, dtype), np.array(past_v, dtype)
+        y = np.zeros((batch, hq, q_len, v_new.shape[3]), _F32)
+        spec = gqa_scores_spec(batch, q_len, hq, cap)
+        for b in range(batch):
+            p, t = int(pasts[b]), int(totals[b])
+            kept = resident(p)
+            keys = np.concatenate([past_k[b:b + 1, :, :kept], k_new[b:b + 1]], axis=2)
+            vals = np.concatenate([past_v[b:b + 1, :, :kept], v_new[b:b + 1]], axis=2)
+            first = p - kept                          # the absolute position of key 0
+            j = first + np.arange(kept + q_len).reshape(1, -1)
+            qpos = p + np.arange(q_len).reshape(-1, 1)
+            allowed = (qpos - j < window) & ((j <= qpos) if causal else (j < t))
+            b_bias = None
+            if bias is not None:
+                b_bias = bias[min(b, bias.shape[0] - 1):][:1, :, :, first:t]
+            # a contiguous (1, Hq, S, kept + S) block at the workspace's front
+            scores = _scores(workspace, spec, kept + q_len)[:1]
+            y[b:b + 1] = _attend(q[b:b + 1], keys, vals, scale, allowed[None, None], scores,
+                                 bias=b_bias, softcap=softcap, sink=sink)
+            rows = resident(t)
+            present_k[b, :, :rows] = keys[0, :, kept + q_len - rows:]
+            present_v[b, :, :rows] = vals[0, :, kept + q_len - rows:]
         return [_merge(y, dtype), present_k, present_v]
 
 
@@ -499,37 +582,8 @@ class RotaryEmbedding(CpuKernel):
         return y
 
 
-class SkipLayerNormalization(CpuKernel):
-    """s = input + skip (+ bias); output = (s - mean(s)) / sqrt(var(s) + epsilon) * gamma
-    (+ beta) over the last axis. Outputs: output, mean and inv_std_var (float32, the last
-    axis kept as 1), input_skip_bias_sum = s in the input's type. Computed in float64 from
-    the exact values (the output normalizes the exact ``s``); each output rounded once."""
-
-    parity = NORM_PARITY
-
-    def run(self, ctx: ExecutionContext, x: np.ndarray, skip: np.ndarray, gamma: np.ndarray,
-            beta: np.ndarray | None = None, bias: np.ndarray | None = None) -> Any:
-        check_skip_inputs(self, ctx, x, skip, gamma=gamma, beta=beta, bias=bias)
-        hidden = x.shape[-1]
-        s = source_value(x) + source_value(skip)
-        if bias is not None:
-            s += source_value(bias)
-        eps = float(ctx.node.attr("epsilon", 1e-12))
-        with np.errstate(invalid="ignore", divide="ignore"):
-            mean = np.sum(s, axis=-1, keepdims=True) / hidden
-            var = np.sum((s - mean) ** 2, axis=-1, keepdims=True) / hidden
-            inv = 1.0 / np.sqrt(var + eps)
-        y = (s - mean) * inv * source_value(gamma)
-        if beta is not None:
-            y += source_value(beta)
-        outs = (round_to(y, x.dtype), round_to(mean, np.float32), round_to(inv, np.float32),
-                round_to(s, x.dtype))
-        return outs[:len(ctx.node.output_names)]
-
-
 KERNELS: list[CpuKernel] = [
     GroupQueryAttention("GroupQueryAttention", domain=MS_DOMAIN, dtypes=CONTRIB_DTYPES),
     MultiHeadAttention("MultiHeadAttention", domain=MS_DOMAIN, dtypes=CONTRIB_DTYPES),
     RotaryEmbedding("RotaryEmbedding", domain=MS_DOMAIN, dtypes=CONTRIB_DTYPES),
-    SkipLayerNormalization("SkipLayerNormalization", domain=MS_DOMAIN, dtypes=CONTRIB_DTYPES),
 ]

@@ -220,11 +220,81 @@ def test_gqa_rotary_position_ids_match_ort() -> None:
     case.check(ours, ref, np.array([1, 1]), np.array([5, 5]), "position_ids")
 
 
+def _resident(t: int, capacity: int, window: int) -> int:
+    """Rows a windowed cache holds after ``t`` positions (onnxruntime's rule, restated)."""
+    reclaim = capacity - window + 1
+    return t if t <= capacity else t - reclaim * -(-(t - capacity) // reclaim)
+
+
+#: (q_len of each step): a prompt longer than the cache, decodes across its reclaim
+#: boundaries, a chunk, more decodes
+WINDOWED_STEPS = (7, 1, 1, 1, 1, 1, 1, 3, 1, 1, 1)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("window,slack,extra", [
+    (4, 0, {}), (4, 3, {"rotary": 0}), (3, 2, {"packed": True, "softcap": 2.0}),
+    (5, 1, {"rotary": 1, "smooth_softmax": 1})])
+def test_gqa_windowed_cache_matches_ort_and_a_full_cache(window, slack, extra, dtype) -> None:
+    """sliding_window_cache=1: a cache of C = W + slack rows holding the newest positions.
+    Each step's output equals onnxruntime's and equals the same node over a full-length
+    cache without the attribute; the present's resident rows equal onnxruntime's."""
+    _needs_ort()
+    rng = np.random.default_rng(_seed(window, slack, sorted(extra), np.dtype(dtype).name))
+    cap = window + slack
+    kw = dict(batch=1, hq=4, hkv=2, head=16, packed=False, shared=1) | extra
+    case = GqaCase(rng, dtype=dtype, local_window_size=window, sliding_window_cache=1, **kw)
+    full = GqaCase(rng, dtype=dtype, local_window_size=window, **kw)
+    zeros = np.zeros((1, case.hkv, cap, case.head), dtype)
+    past_ours = past_ort = (zeros, zeros.copy())
+    long = np.zeros((1, case.hkv, sum(WINDOWED_STEPS), case.head), dtype)
+    past_full = (long, long.copy())
+    t = 0
+    for i, q_len in enumerate(WINDOWED_STEPS):
+        t += q_len
+        inputs = case.inputs(q_len, past_ours, np.array([t]), t)
+        feeds = {n: a for n, a in inputs if a is not None}
+        model = _model("GroupQueryAttention", inputs, ["y", "pk", "pv"], num_heads=case.hq,
+                       kv_num_heads=case.hkv, **case.attrs)
+        ours = run_ours(model, feeds)
+        ref = run_ort(model, feeds | {"past_key": past_ort[0], "past_value": past_ort[1]})
+        long_in = [(n, dict(past_key=past_full[0], past_value=past_full[1]).get(n, a))
+                   for n, a in inputs]
+        whole = run_ours(_model("GroupQueryAttention", long_in, ["y", "pk", "pv"],
+                                num_heads=full.hq, kv_num_heads=full.hkv, **full.attrs),
+                         {n: a for n, a in long_in if a is not None})
+        what = f"step {i} (S={q_len}, T={t})"
+        _close(ours[0], ref[0], dtype, f"{what}: output vs onnxruntime")
+        _close(ours[0], whole[0], dtype, f"{what}: output vs a full cache")
+        rows = _resident(t, cap, window)
+        for j in (1, 2):
+            assert ours[j].shape == ref[j].shape == (1, case.hkv, cap, case.head)
+            _close(ours[j][:, :, :rows], ref[j][:, :, :rows], dtype, f"{what}: present {j}")
+            np.testing.assert_array_equal(ours[j][:, :, :rows], whole[j][:, :, t - rows:t])
+        past_ours, past_ort, past_full = tuple(ours[1:]), tuple(ref[1:]), tuple(whole[1:])
+
+
+@pytest.mark.parametrize("attrs,cap,match", [
+    ({"local_window_size": 4}, 3, "capacity \\(3\\) must be at least local_window_size"),
+    ({"local_window_size": -1}, 4, "local_window_size > 0"),
+])
+def test_gqa_windowed_cache_refusals(attrs, cap, match) -> None:
+    rng = np.random.default_rng(6)
+    case = GqaCase(rng, dtype=np.float32, batch=1, hq=2, hkv=1, head=16, packed=False,
+                   shared=1, sliding_window_cache=1, **attrs)
+    past = tuple(np.zeros((1, 1, cap, 16), np.float32) for _ in range(2))
+    inputs = case.inputs(2, past, np.array([2]), 2)
+    model = _model("GroupQueryAttention", inputs, ["y", "pk", "pv"], num_heads=2,
+                   kv_num_heads=1, **case.attrs)
+    with pytest.raises(NodeError, match=match):
+        run_ours(model, {n: a for n, a in inputs if a is not None})
+
+
 @pytest.mark.parametrize("extra,attrs,match", [
     ({"k_scale": np.ones(1, np.float32)}, {}, "k_scale"),
     ({"query_seqlens": np.array([3], np.int32)}, {}, "query_seqlens"),
     ({}, {"qk_output": 1}, "qk_output"),
-    ({}, {"sliding_window_cache": 1, "local_window_size": 2}, "sliding_window_cache"),
+    ({}, {"sliding_window_cache": 1, "local_window_size": 2}, "needs past_key"),
     ({}, {"num_heads": 3, "kv_num_heads": 2}, "multiple of kv_num_heads"),
 ])
 def test_gqa_rejects_unsupported_forms(extra, attrs, match) -> None:
