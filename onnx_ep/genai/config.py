@@ -111,6 +111,12 @@ class DecoderConfig:
     present_value_names: str = "present.%d.value"
     #: onnxruntime-genai provider names from ``session_options.provider_options``
     providers: tuple[str, ...] = ()
+    #: ``sliding_window``: the window of the layers in ``window_layers`` (0: none), whose
+    #: GroupQueryAttention keeps a window-sized cache (``sliding_window_cache=1``), and the
+    #: rows such a cache holds beyond the window (``cache_slack``; 0 takes the default)
+    window_size: int = 0
+    window_layers: tuple[int, ...] = ()
+    cache_slack: int = 0
 
     def past_names(self, layer: int) -> tuple[str, str]:
         return self.past_key_names % layer, self.past_value_names % layer
@@ -177,7 +183,19 @@ def _parse(folder: Path, raw: dict[str, Any]) -> GenaiConfig:
     providers = tuple(name for entry in provider_options for name in entry)
     names = {k: v for k, v in {**inputs, **outputs}.items() if isinstance(v, str)}
     known = {a.name for a in attrs.fields(DecoderConfig)}
+    window = dec.get("sliding_window") or {}
+    if window.get("slide_key_value_cache") or window.get("slide_inputs"):
+        raise ModelError("sliding_window with slide_key_value_cache or slide_inputs (a cache "
+                         "the runtime shifts itself, as onnxruntime-genai's QNN models have) "
+                         "is not supported; models whose GroupQueryAttention keeps the "
+                         "window (sliding_window_cache) are")
+    window_size = int(window.get("window_size", 0) or 0)
+    window_layers = tuple(int(i) for i in window.get("layers", ()) or ())
+    if window_size > 0 and not window_layers:   # onnxruntime-genai: every layer then
+        window_layers = tuple(range(int(dec["num_hidden_layers"])))
     decoder = DecoderConfig(
+        window_size=max(window_size, 0), window_layers=window_layers if window_size > 0 else (),
+        cache_slack=max(int(window.get("cache_slack", 0) or 0), 0),
         filename=dec.get("filename", "model.onnx"),
         num_hidden_layers=int(dec["num_hidden_layers"]),
         num_attention_heads=int(dec["num_attention_heads"]),

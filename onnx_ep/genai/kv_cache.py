@@ -1,8 +1,10 @@
 """The KV cache of one generator: its bytes reserved once, under role ``kv_cache``.
 
-Capacity is ``layers x 2 x batch x kv_heads x max_length x head_size`` elements of the
-model's past dtype, reserved in the session's memory authority (its device and
-``memory_limit``) when the generator is made, before any step runs: a batch and
+Capacity is ``2 x batch x kv_heads x rows x head_size`` elements of the model's past dtype
+per layer, ``rows`` being ``max_length`` (:func:`layer_rows`: a layer whose attention keeps
+a window-sized cache holds ``window + slack`` rows instead, when that is fewer), reserved
+in the session's memory authority (its device and ``memory_limit``) when the generator is
+made, before any step runs: a batch and
 ``max_length`` that can never fit raise :exc:`~onnx_ep.errors.CapacityUnavailable` then
 (HTTP 429), one that does not fit now :exc:`~onnx_ep.errors.TierExhausted`. The bytes are
 released when the generator is closed or collected (docs/GENAI.md, docs/MEMORY.md).
@@ -31,18 +33,39 @@ import numpy as np
 from onnx_ep.core.kernel import TensorSpec
 from onnx_ep.core.memory import Fit, Reservation, Role, align_up, allocate_host
 from onnx_ep.core.tensor import HOST, Tensor, device_runtime
-from onnx_ep.errors import CapacityUnavailable
+from onnx_ep.errors import CapacityUnavailable, ModelError
 
 _ids = itertools.count(1)
 #: offsets of the shared buffers inside their block
 ALIGNMENT = 256
 
 
-def capacity_bytes(layers: int, batch: int, kv_heads: int, max_length: int, head_size: int,
+#: rows a window-sized cache holds beyond its window when genai_config.json does not say
+#: (onnxruntime-genai's CPU default): the cache reclaims that many at once, not one a token
+WINDOW_SLACK = 16
+
+
+def layer_rows(decoder: Any, max_length: int) -> list[int]:
+    """Rows of each layer's cache: ``max_length``, or for a layer listed in the config's
+    ``sliding_window`` (its GroupQueryAttention keeps a window-sized cache) the window plus
+    ``cache_slack`` (:data:`WINDOW_SLACK` when 0) when fewer, and never below the window
+    (the operator's least capacity)."""
+    rows = [max_length] * decoder.num_hidden_layers
+    if decoder.window_size > 0:
+        window = decoder.window_size
+        cap = max(window, min(max_length, window + (decoder.cache_slack or WINDOW_SLACK)))
+        for i in decoder.window_layers:
+            if 0 <= i < len(rows):
+                rows[i] = cap
+    return rows
+
+
+def capacity_bytes(rows: list[int], batch: int, kv_heads: int, head_size: int,
                    dtype: Any) -> int:
-    """Bytes of a full KV cache: THE formula the reservation and the docs use."""
-    one = TensorSpec(np.dtype(dtype), (batch, kv_heads, max_length, head_size)).nbytes
-    return 2 * layers * align_up(one, ALIGNMENT)
+    """Bytes of a full KV cache of ``rows[i]`` rows in layer i: THE formula the reservation
+    and the docs use."""
+    return sum(2 * align_up(TensorSpec(np.dtype(dtype), (batch, kv_heads, r, head_size))
+                            .nbytes, ALIGNMENT) for r in rows)
 
 
 class KVCache:
@@ -54,11 +77,12 @@ class KVCache:
         dec = model.config.decoder
         self.layers = dec.num_hidden_layers
         self.shape = (batch, dec.num_key_value_heads, max_length, dec.head_size)
+        self.rows = layer_rows(dec, max_length)
         self.dtype = np.dtype(model.kv_dtype)
         self.device = model.device
         self.runtime = getattr(model, "runtime", None)
-        self.nbytes = capacity_bytes(self.layers, batch, dec.num_key_value_heads, max_length,
-                                     dec.head_size, self.dtype)
+        self.nbytes = capacity_bytes(self.rows, batch, dec.num_key_value_heads, dec.head_size,
+                                     self.dtype)
         self.holder = f"{model.session.holder}/generator-{next(_ids)}"
         self.reservation = _reserve(model, self.nbytes, self.holder, batch, max_length)
         self._finalizer = weakref.finalize(self, self.reservation.release)
@@ -99,32 +123,37 @@ class SharedKV(KVCache):
 
     def __init__(self, model: Any, batch: int, max_length: int) -> None:
         super().__init__(model, batch, max_length)
-        spec = TensorSpec(self.dtype, self.shape)
-        step = align_up(spec.nbytes, ALIGNMENT)
+        # key and value of layer i: rows[i] rows each, one after the other in the block
+        specs = [TensorSpec(self.dtype, (*self.shape[:2], r, self.shape[3]))
+                 for r in self.rows for _ in range(2)]
+        offsets = [0]
+        for spec in specs[:-1]:
+            offsets.append(offsets[-1] + align_up(spec.nbytes, ALIGNMENT))
         try:
             if self.device == HOST:
                 block = allocate_host(self.nbytes, self.reservation)
                 block[:] = 0
-                views = [Tensor(block[i * step:i * step + spec.nbytes].view(self.dtype)
-                                .reshape(self.shape)) for i in range(2 * self.layers)]
+                views = [Tensor(block[o:o + spec.nbytes].view(self.dtype).reshape(spec.shape))
+                         for o, spec in zip(offsets, specs)]
             else:
-                views = self._on_device(spec, step)
+                views = self._on_device(specs, offsets)
         except BaseException:
             self.close()
             raise
         self.buffers = [(views[2 * i], views[2 * i + 1]) for i in range(self.layers)]
 
-    def _on_device(self, spec: TensorSpec, step: int) -> list[Tensor]:
+    def _on_device(self, specs: list[TensorSpec], offsets: list[int]) -> list[Tensor]:
         rt = self.runtime or device_runtime(self.device)
         alloc = rt.allocate(self.reservation)
         self._finalizer.detach()
         self._finalizer = weakref.finalize(self, _free, alloc, self.reservation)
         stream = rt.new_stream()
-        zeros = np.zeros(self.shape, self.dtype)
+        zeros = {r: np.zeros((*self.shape[:2], r, self.shape[3]), self.dtype)
+                 for r in set(self.rows)}
         views = []
-        for i in range(2 * self.layers):
-            t = Tensor(rt.tensor(alloc, i * step, spec), rt.device, rt)
-            rt.upload(zeros, t.value, stream)
+        for o, spec in zip(offsets, specs):
+            t = Tensor(rt.tensor(alloc, o, spec), rt.device, rt)
+            rt.upload(zeros[spec.shape[2]], t.value, stream)
             views.append(t)
         rt.synchronize(stream)
         return views
@@ -143,6 +172,9 @@ class GrowingKV(KVCache):
     """Presents fed back as pasts; empty (``total`` 0) before the first step."""
 
     def __init__(self, model: Any, batch: int, max_length: int) -> None:
+        if model.config.decoder.window_size > 0:
+            raise ModelError("genai_config.json's sliding_window layers keep a window-sized "
+                             "cache of fixed capacity: set past_present_share_buffer true")
         super().__init__(model, batch, max_length)
         empty = Tensor(np.zeros((*self.shape[:2], 0, self.shape[3]), self.dtype))
         self.pasts: dict[str, Tensor] = {n: empty for past, _ in self.names for n in past}

@@ -68,3 +68,22 @@ def test_gqa_shared_buffer_generation_on_cpu_reference(gqa_folder):
              for p in ([5, 9, 3, 7], [8, 4, 2, 6])]
     assert batched.tokens == alone
 
+
+
+def test_a_window_sized_cache_generates_what_a_full_one_does(tmp_path):
+    """Layer 0 attends a window of 3 over a window-sized cache (sliding_window_cache, the
+    config's sliding_window with cache_slack 2: 5 rows), layer 1 the whole sequence: the
+    cache of layer 0 reclaims rows as the sequence passes 5, and every token equals the
+    oracle's, which recomputes the whole sequence with the window."""
+    w = gm.write_folder(tmp_path, "gqa", window=3, cache_slack=2)
+    model = genai.Model(tmp_path, providers=["cpu_reference"])
+    assert model.config.decoder.window_layers == (0,)
+    params = genai.GeneratorParams(model)
+    params.set_search_options(max_length=32)
+    gen = genai.Generator(model, params)
+    assert gen.kv.rows == [5, 32]
+    assert [tuple(t.shape) for t in gen.kv.buffers[0]] == [(1, 2, 5, 8)] * 2
+    gen.close()
+    res = genai.generate(model, PROMPT, max_new_tokens=20, max_length=32)
+    assert res.tokens == [gm.reference_greedy(w, PROMPT, 20, eos=(47,), window=3)]
+    assert res.tokens != [gm.reference_greedy(w, PROMPT, 20, eos=(47,))]   # it matters

@@ -27,7 +27,7 @@ def test_a_cache_that_cannot_fit_is_refused_before_any_step(folders, layout):
     with pytest.raises(CapacityUnavailable, match="KV cache for batch 4 x max_length 128") as e:
         genai.Generator(m, params)
     assert isinstance(e.value, AdmissionRefused) and e.value.http_status == 429
-    assert e.value.requested == capacity_bytes(2, 4, 2, 128, 8, "float32")
+    assert e.value.requested == capacity_bytes([128] * 2, 4, 2, 8, "float32")
     assert m.session.stats["runs"] == 0                       # no step ran
     assert m.authority.ledger()["by_role"]["kv_cache"] == 0
     with pytest.raises(CapacityUnavailable):                   # the one-call API refuses too
@@ -42,7 +42,7 @@ def test_the_cache_is_reserved_under_kv_cache_and_released(folders, layout):
     params = genai.GeneratorParams(m)
     params.set_search_options(max_length=32, batch_size=2)
     gen = genai.Generator(m, params)
-    nbytes = capacity_bytes(2, 2, 2, 32, 8, "float32")
+    nbytes = capacity_bytes([32] * 2, 2, 2, 8, "float32")
     ledger = m.authority.ledger()
     assert ledger["by_role"]["kv_cache"] == m.authority.round_up(nbytes)
     assert ledger["by_holder"][gen.kv.holder] == {"kv_cache": m.authority.round_up(nbytes)}
@@ -78,5 +78,5 @@ def test_shared_buffers_are_allocated_once_and_written_in_place(folders):
 
 
 def test_capacity_formula_matches_the_layout():
-    assert capacity_bytes(24, 1, 2, 256, 64, "float16") == 24 * 2 * 1 * 2 * 256 * 64 * 2
+    assert capacity_bytes([256] * 24, 1, 2, 64, "float16") == 24 * 2 * 1 * 2 * 256 * 64 * 2
     assert gm.CFG["layers"] == 2

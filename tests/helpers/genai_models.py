@@ -54,13 +54,18 @@ def _rms(x: np.ndarray) -> np.ndarray:
 
 
 def reference_logits(w: dict[str, np.ndarray], ids: np.ndarray, mask: np.ndarray,
-                     pos: np.ndarray, cfg: dict[str, int] = CFG) -> np.ndarray:
-    """Logits ``[T, V]`` of one row recomputed over its whole (padded) sequence, no cache."""
+                     pos: np.ndarray, cfg: dict[str, int] = CFG, window: int = 0
+                     ) -> np.ndarray:
+    """Logits ``[T, V]`` of one row recomputed over its whole (padded) sequence, no cache;
+    ``window`` > 0: layer 0's queries see only the ``window`` newest keys (their own
+    included)."""
     NH, KV, D = cfg["heads"], cfg["kv_heads"], cfg["head"]
     T = ids.size
     x = (w["embed"][ids] + w["pos"][pos]).astype(np.float64)
-    allowed = (np.arange(T)[None, :] <= np.arange(T)[:, None]) & (mask[None, :] == 1)
+    causal = (np.arange(T)[None, :] <= np.arange(T)[:, None]) & (mask[None, :] == 1)
+    near = np.arange(T)[:, None] - np.arange(T)[None, :] < window
     for i in range(cfg["layers"]):
+        allowed = causal & near if window > 0 and i == 0 else causal
         h = _rms(x)
         q = (h @ w[f"wq{i}"]).reshape(T, NH, D).transpose(1, 0, 2)
         k = (h @ w[f"wk{i}"]).reshape(T, KV, D).transpose(1, 0, 2)
@@ -75,12 +80,14 @@ def reference_logits(w: dict[str, np.ndarray], ids: np.ndarray, mask: np.ndarray
 
 
 def reference_greedy(w: dict[str, np.ndarray], prompt: list[int], max_new: int,
-                     eos: tuple[int, ...] = (), cfg: dict[str, int] = CFG) -> list[int]:
+                     eos: tuple[int, ...] = (), cfg: dict[str, int] = CFG,
+                     window: int = 0) -> list[int]:
     """The greedy loop of the same model, recomputing the whole sequence per token."""
     seq, out = list(prompt), []
     for _ in range(max_new):
         ids = np.array(seq)
-        logits = reference_logits(w, ids, np.ones_like(ids), np.arange(ids.size), cfg)
+        logits = reference_logits(w, ids, np.ones_like(ids), np.arange(ids.size), cfg,
+                                  window)
         tok = int(np.argmax(logits[-1]))
         out.append(tok)
         seq.append(tok)
@@ -128,13 +135,13 @@ class _Graph:
 
 
 def build_model(w: dict[str, np.ndarray], layout: str = "growing",
-                cfg: dict[str, int] = CFG) -> onnx.ModelProto:
+                cfg: dict[str, int] = CFG, window: int = 0) -> onnx.ModelProto:
     NH, KV, D = cfg["heads"], cfg["kv_heads"], cfg["head"]
     g = _Graph()
     x = g.op("Add", g.op("Gather", g.init("embed", w["embed"]), "input_ids"),
              g.op("Gather", g.init("pos", w["pos"]), "position_ids"))
     if layout == "gqa":
-        return _gqa_model(g, x, w, cfg)
+        return _gqa_model(g, x, w, cfg, window)
     S = g.dim("input_ids", 1)
     if layout == "growing":
         T = g.dim("attention_mask", 1)
@@ -195,10 +202,12 @@ def build_model(w: dict[str, np.ndarray], layout: str = "growing",
 
 
 def _gqa_model(g: _Graph, x: str, w: dict[str, np.ndarray],
-               cfg: dict[str, int]) -> onnx.ModelProto:
+               cfg: dict[str, int], window: int = 0) -> onnx.ModelProto:
     """The same model with com.microsoft::GroupQueryAttention over a shared KV buffer;
     ``seqlens_k`` and ``total_sequence_length`` computed from ``attention_mask`` inside the
-    graph, as onnxruntime-genai's builder does."""
+    graph, as onnxruntime-genai's builder does. ``window`` > 0: layer 0 attends a local
+    window over a window-sized cache (``sliding_window_cache``), as the builder writes
+    Gemma-2's local layers."""
     NH, KV, D = cfg["heads"], cfg["kv_heads"], cfg["head"]
     summed = g.op("ReduceSum", "attention_mask", g.const([1]), keepdims=0)
     seqlens = g.op("Cast", g.op("Sub", summed, g.const(1)), to=TensorProto.INT32)
@@ -211,15 +220,17 @@ def _gqa_model(g: _Graph, x: str, w: dict[str, np.ndarray],
             "GroupQueryAttention", [q, k, v, f"past_key_values.{i}.key",
                                     f"past_key_values.{i}.value", seqlens, total],
             outs, name=f"gqa{i}", domain="com.microsoft", num_heads=NH, kv_num_heads=KV,
-            scale=float(1 / np.sqrt(D))))
+            scale=float(1 / np.sqrt(D)),
+            **({"local_window_size": window, "sliding_window_cache": 1}
+               if window > 0 and i == 0 else {})))
         x = g.op("Add", x, g.op("MatMul", outs[0], g.init(f"wo{i}", w[f"wo{i}"])))
         m = g.op("Relu", g.op("MatMul", g.rms(x), g.init(f"w1{i}", w[f"w1{i}"])))
         x = g.op("Add", x, g.op("MatMul", m, g.init(f"w2{i}", w[f"w2{i}"])))
     g.op("MatMul", g.rms(x), g.init("lm", w["lm"]), out="logits")
-    return _finish(g, "gqa", cfg)
+    return _finish(g, "gqa", cfg, window)
 
 
-def _finish(g: _Graph, layout: str, cfg: dict[str, int]) -> onnx.ModelProto:
+def _finish(g: _Graph, layout: str, cfg: dict[str, int], window: int = 0) -> onnx.ModelProto:
     KV, D = cfg["kv_heads"], cfg["head"]
     f, i64 = TensorProto.FLOAT, TensorProto.INT64
     cap = "past_sequence_length" if layout == "growing" else "max_seq_len"
@@ -233,11 +244,14 @@ def _finish(g: _Graph, layout: str, cfg: dict[str, int]) -> onnx.ModelProto:
     outputs = [helper.make_tensor_value_info("logits", f, ["batch", "seq", cfg["vocab"]])]
     present_len = "total" if layout == "growing" else cap
     for i in range(cfg["layers"]):
+        # a window-sized cache has its own length (the builder's past_sliding_length)
+        rows = "past_sliding_length" if window > 0 and i == 0 else cap
         for kind in ("key", "value"):
             inputs.append(helper.make_tensor_value_info(f"past_key_values.{i}.{kind}", f,
-                                                        ["batch", KV, cap, D]))
-            outputs.append(helper.make_tensor_value_info(f"present.{i}.{kind}", f,
-                                                         ["batch", KV, present_len, D]))
+                                                        ["batch", KV, rows, D]))
+            outputs.append(helper.make_tensor_value_info(
+                f"present.{i}.{kind}", f,
+                ["batch", KV, rows if rows != cap else present_len, D]))
     graph = helper.make_graph(g.nodes, "tiny_decoder", inputs, outputs, g.inits)
     opsets = [helper.make_opsetid("", 17)]
     if layout == "gqa":
@@ -246,9 +260,10 @@ def _finish(g: _Graph, layout: str, cfg: dict[str, int]) -> onnx.ModelProto:
 
 
 def genai_config(layout: str = "growing", cfg: dict[str, int] = CFG, *, eos: Any = 47,
-                 pad: int = 0, provider: str | None = None, **search: Any) -> dict[str, Any]:
+                 pad: int = 0, provider: str | None = None, window: int = 0,
+                 cache_slack: int = 0, **search: Any) -> dict[str, Any]:
     """genai_config.json for :func:`build_model`, as onnxruntime-genai's builder lays it out."""
-    return {"model": {
+    config = {"model": {
         "bos_token_id": 1, "context_length": cfg["positions"], "eos_token_id": eos,
         "pad_token_id": pad, "type": "qwen2", "vocab_size": cfg["vocab"],
         "decoder": {
@@ -266,6 +281,11 @@ def genai_config(layout: str = "growing", cfg: dict[str, int] = CFG, *, eos: Any
         "search": {"do_sample": False, "max_length": cfg["positions"], "num_beams": 1,
                    "temperature": 1.0, "top_k": 50, "top_p": 1.0,
                    "past_present_share_buffer": layout != "growing", **search}}
+    if window > 0:
+        config["model"]["decoder"]["sliding_window"] = {
+            "window_size": window, "slide_key_value_cache": False, "slide_inputs": False,
+            "layers": [0], "cache_slack": cache_slack}
+    return config
 
 
 def write_folder(folder: Path, layout: str = "growing", seed: int = 0,
@@ -273,7 +293,8 @@ def write_folder(folder: Path, layout: str = "growing", seed: int = 0,
     """Write model.onnx and genai_config.json into ``folder``; the weights."""
     folder.mkdir(parents=True, exist_ok=True)
     w = weights(seed=seed)
-    onnx.save(build_model(w, layout), str(folder / "model.onnx"))
+    onnx.save(build_model(w, layout, window=config.get("window", 0)),
+              str(folder / "model.onnx"))
     (folder / "genai_config.json").write_text(json.dumps(genai_config(layout, **config),
                                                          indent=2))
     return w
