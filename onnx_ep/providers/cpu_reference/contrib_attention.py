@@ -1,6 +1,7 @@
 """onnxruntime's transformer contrib ops (com.microsoft, since 1): GroupQueryAttention,
-MultiHeadAttention and RotaryEmbedding, with onnxruntime CPU's semantics (docs/PARITY.md,
-"Contrib ops: attention"; SkipLayerNormalization is in :mod:`.normalization`).
+MultiHeadAttention, RotaryEmbedding and SkipLayerNormalization, with onnxruntime CPU's
+semantics (docs/PARITY.md, "Contrib ops: attention"; the window-sized KV cache's
+arithmetic is in :mod:`.window_cache`).
 
 Numerics, as :mod:`.attention` for float32: every matmul (``Q K^T``, ``P V``) accumulates
 in float64 and is rounded once to float32; scale, masks, softcap and softmax run in
@@ -8,6 +9,7 @@ float32. float16 and bfloat16 are widened to float32 and the output is rounded o
 (no ONNX function body fixes a float16 recipe for these ops: narrow floats accumulate in
 float32, as everywhere else in the reference). Rotations are computed in float64 from the
 exact values and rounded once to the input type, which is what the KV cache stores.
+SkipLayerNormalization follows SkipSimplifiedLayerNormalization: float64, rounded once.
 
 The scores matrix ``(batch, heads, q_len, kv_len)`` of both attention ops lives in the
 node's workspace; :func:`scores_spec` is the one sizing formula for planning and execution.
@@ -28,11 +30,14 @@ from onnx_ep.core.kernel import (
     WorkspaceRequirement,
     WorkspaceView,
 )
+from onnx_ep.providers.cpu_reference import window_cache
 from onnx_ep.providers.cpu_reference.base import CpuKernel, check_same_dtype
 from onnx_ep.providers.cpu_reference.dot import matmul
 from onnx_ep.providers.cpu_reference.formats import BFLOAT16, source_value
 from onnx_ep.providers.cpu_reference.fused_gemm import MS_DOMAIN
 from onnx_ep.providers.cpu_reference.lowfloat import round_to, upcast
+from onnx_ep.providers.cpu_reference.normalization import check_skip_inputs
+from onnx_ep.providers.cpu_reference.softmax import NORM_PARITY
 
 #: the activation types onnxruntime's schemas allow (T)
 CONTRIB_DTYPES = frozenset(np.dtype(d) for d in (np.float32, np.float16, BFLOAT16))
@@ -346,14 +351,9 @@ class GroupQueryAttention(CpuKernel):
                   total: int, cos: Any, sin: Any, position_ids: Any, attn_bias: Any,
                   head_sink: Any, dtype: np.dtype, workspace: WorkspaceView | None
                   ) -> list[Any]:
-        """``sliding_window_cache=1``: the past holds C rows (its length, C >= W =
-        local_window_size), rows ``[0, L(P))`` the newest ``L(P)`` positions before this
-        step, in order (never wrapped). After it, rows ``[0, L(T))`` hold positions
-        ``T - L(T) .. T - 1`` (T = seqlens_k + 1, absolute) and later rows keep the past's
-        bytes, with ``L(t) = t`` up to C and ``t - G * ceil((t - C) / G)`` beyond it,
-        ``G = C - W + 1`` (onnxruntime's windowed cache reclaims G rows at once). Each query
-        attends what it would over a full-length cache: keys at most W - 1 positions back,
-        causal; rotary and attention_bias use absolute positions."""
+        """``sliding_window_cache=1`` (:mod:`.window_cache`): the past's length is the
+        cache's capacity C >= W = local_window_size; each query attends what it would over a
+        full-length cache, rotary and attention_bias at absolute positions."""
         node = ctx.node
         batch, hq, q_len, head = q.shape
         window = int(node.attr("local_window_size", -1))
@@ -375,37 +375,19 @@ class GroupQueryAttention(CpuKernel):
         q, k_new = self._rotary(ctx, q, k_new, pasts, False, cos, sin, position_ids)
         bias = None if attn_bias is None else self._bias(ctx, attn_bias, batch, hq, q_len,
                                                          total)
-        sink = self._sink(ctx, head_sink, hq)
+        sink, softcap = self._sink(ctx, head_sink, hq), float(node.attr("softcap", 0.0))
         scale = float(node.attr("scale", 0.0)) or 1.0 / np.sqrt(head)
-        softcap = float(node.attr("softcap", 0.0))
-        causal = bool(int(node.attr("causal", 1)))
-        reclaim = cap - window + 1
-
-        def resident(t: int) -> int:
-            return t if t <= cap else t - reclaim * -(-(t - cap) // reclaim)
-
-        present_k, present_v = np.array(past_k, dtype), np.array(past_v, dtype)
-        y = np.zeros((batch, hq, q_len, v_new.shape[3]), _F32)
         spec = gqa_scores_spec(batch, q_len, hq, cap)
-        for b in range(batch):
-            p, t = int(pasts[b]), int(totals[b])
-            kept = resident(p)
-            keys = np.concatenate([past_k[b:b + 1, :, :kept], k_new[b:b + 1]], axis=2)
-            vals = np.concatenate([past_v[b:b + 1, :, :kept], v_new[b:b + 1]], axis=2)
-            first = p - kept                          # the absolute position of key 0
-            j = first + np.arange(kept + q_len).reshape(1, -1)
-            qpos = p + np.arange(q_len).reshape(-1, 1)
-            allowed = (qpos - j < window) & ((j <= qpos) if causal else (j < t))
-            b_bias = None
-            if bias is not None:
-                b_bias = bias[min(b, bias.shape[0] - 1):][:1, :, :, first:t]
-            # a contiguous (1, Hq, S, kept + S) block at the workspace's front
-            scores = _scores(workspace, spec, kept + q_len)[:1]
-            y[b:b + 1] = _attend(q[b:b + 1], keys, vals, scale, allowed[None, None], scores,
-                                 bias=b_bias, softcap=softcap, sink=sink)
-            rows = resident(t)
-            present_k[b, :, :rows] = keys[0, :, kept + q_len - rows:]
-            present_v[b, :, :rows] = vals[0, :, kept + q_len - rows:]
+
+        def attend(qb, keys, vals, allowed, b_bias):
+            # a contiguous (1, Hq, S, keys) block at the workspace's front
+            scores = _scores(workspace, spec, keys.shape[2])[:1]
+            return _attend(qb, keys, vals, scale, allowed, scores, bias=b_bias,
+                           softcap=softcap, sink=sink)
+
+        y, present_k, present_v = window_cache.step(
+            q, k_new, v_new, past_k, past_v, pasts, totals, window,
+            bool(int(node.attr("causal", 1))), bias, attend, dtype)
         return [_merge(y, dtype), present_k, present_v]
 
 
@@ -582,8 +564,37 @@ class RotaryEmbedding(CpuKernel):
         return y
 
 
+class SkipLayerNormalization(CpuKernel):
+    """s = input + skip (+ bias); output = (s - mean(s)) / sqrt(var(s) + epsilon) * gamma
+    (+ beta) over the last axis. Outputs: output, mean and inv_std_var (float32, the last
+    axis kept as 1), input_skip_bias_sum = s in the input's type. Computed in float64 from
+    the exact values (the output normalizes the exact ``s``); each output rounded once."""
+
+    parity = NORM_PARITY
+
+    def run(self, ctx: ExecutionContext, x: np.ndarray, skip: np.ndarray, gamma: np.ndarray,
+            beta: np.ndarray | None = None, bias: np.ndarray | None = None) -> Any:
+        check_skip_inputs(self, ctx, x, skip, gamma=gamma, beta=beta, bias=bias)
+        hidden = x.shape[-1]
+        s = source_value(x) + source_value(skip)
+        if bias is not None:
+            s += source_value(bias)
+        eps = float(ctx.node.attr("epsilon", 1e-12))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = np.sum(s, axis=-1, keepdims=True) / hidden
+            var = np.sum((s - mean) ** 2, axis=-1, keepdims=True) / hidden
+            inv = 1.0 / np.sqrt(var + eps)
+        y = (s - mean) * inv * source_value(gamma)
+        if beta is not None:
+            y += source_value(beta)
+        outs = (round_to(y, x.dtype), round_to(mean, np.float32), round_to(inv, np.float32),
+                round_to(s, x.dtype))
+        return outs[:len(ctx.node.output_names)]
+
+
 KERNELS: list[CpuKernel] = [
     GroupQueryAttention("GroupQueryAttention", domain=MS_DOMAIN, dtypes=CONTRIB_DTYPES),
     MultiHeadAttention("MultiHeadAttention", domain=MS_DOMAIN, dtypes=CONTRIB_DTYPES),
     RotaryEmbedding("RotaryEmbedding", domain=MS_DOMAIN, dtypes=CONTRIB_DTYPES),
+    SkipLayerNormalization("SkipLayerNormalization", domain=MS_DOMAIN, dtypes=CONTRIB_DTYPES),
 ]

@@ -1,7 +1,6 @@
 """Normalizations: Hardmax, BatchNormalization, InstanceNormalization, GroupNormalization,
 LpNormalization, MeanVarianceNormalization, LRN, and onnxruntime's RMS normalizations
-SimplifiedLayerNormalization (default domain), com.microsoft::SkipSimplifiedLayerNormalization
-and its mean-subtracting sibling com.microsoft::SkipLayerNormalization.
+SimplifiedLayerNormalization (default domain) and com.microsoft::SkipSimplifiedLayerNormalization.
 (The row-normalising ops Softmax, LogSoftmax, LayerNormalization and RMSNormalization are in
 :mod:`.softmax`.)
 
@@ -300,34 +299,6 @@ class SkipSimplifiedLayerNormalization(CpuKernel):
         return outs[:len(ctx.node.output_names)]
 
 
-class SkipLayerNormalization(CpuKernel):
-    """s = input + skip (+ bias); output = (s - mean(s)) / sqrt(var(s) + epsilon) * gamma
-    (+ beta) over the last axis. Outputs: output, mean and inv_std_var (float32, the last
-    axis kept as 1), input_skip_bias_sum = s in the input's type. Computed in float64 from
-    the exact values (the output normalizes the exact ``s``); each output rounded once."""
-
-    parity = NORM_PARITY
-
-    def run(self, ctx: ExecutionContext, x: np.ndarray, skip: np.ndarray, gamma: np.ndarray,
-            beta: np.ndarray | None = None, bias: np.ndarray | None = None) -> Any:
-        check_skip_inputs(self, ctx, x, skip, gamma=gamma, beta=beta, bias=bias)
-        hidden = x.shape[-1]
-        s = source_value(x) + source_value(skip)
-        if bias is not None:
-            s += source_value(bias)
-        eps = float(ctx.node.attr("epsilon", 1e-12))
-        with np.errstate(invalid="ignore", divide="ignore"):
-            mean = np.sum(s, axis=-1, keepdims=True) / hidden
-            var = np.sum((s - mean) ** 2, axis=-1, keepdims=True) / hidden
-            inv = 1.0 / np.sqrt(var + eps)
-        y = (s - mean) * inv * source_value(gamma)
-        if beta is not None:
-            y += source_value(beta)
-        outs = (round_to(y, x.dtype), round_to(mean, np.float32), round_to(inv, np.float32),
-                round_to(s, x.dtype))
-        return outs[:len(ctx.node.output_names)]
-
-
 KERNELS: list[CpuKernel] = [
     Hardmax("Hardmax", since=1),
     BatchNormalization("BatchNormalization", since=1),
@@ -339,7 +310,4 @@ KERNELS: list[CpuKernel] = [
     SimplifiedLayerNormalization("SimplifiedLayerNormalization", since=1, dtypes=RMS_DTYPES),
     SkipSimplifiedLayerNormalization("SkipSimplifiedLayerNormalization", since=1,
                                      domain="com.microsoft", dtypes=RMS_DTYPES),
-    # onnxruntime's schema has no float64 SkipLayerNormalization
-    SkipLayerNormalization("SkipLayerNormalization", since=1, domain="com.microsoft",
-                           dtypes=RMS_DTYPES - {np.dtype(np.float64)}),
 ]
