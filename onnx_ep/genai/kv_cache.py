@@ -60,12 +60,24 @@ def layer_rows(decoder: Any, max_length: int) -> list[int]:
     return rows
 
 
+def layout(rows: list[int], batch: int, kv_heads: int, head_size: int,
+           dtype: Any) -> tuple[list[TensorSpec], list[int], int]:
+    """The cache's buffers in one block: key and value of layer i (``rows[i]`` rows each),
+    one after the other, each at an :data:`ALIGNMENT` offset; ``(specs, offsets, bytes)``."""
+    specs = [TensorSpec(np.dtype(dtype), (batch, kv_heads, r, head_size))
+             for r in rows for _ in range(2)]
+    offsets, end = [], 0
+    for spec in specs:
+        offsets.append(end)
+        end += align_up(spec.nbytes, ALIGNMENT)
+    return specs, offsets, end
+
+
 def capacity_bytes(rows: list[int], batch: int, kv_heads: int, head_size: int,
                    dtype: Any) -> int:
     """Bytes of a full KV cache of ``rows[i]`` rows in layer i: THE formula the reservation
-    and the docs use."""
-    return sum(2 * align_up(TensorSpec(np.dtype(dtype), (batch, kv_heads, r, head_size))
-                            .nbytes, ALIGNMENT) for r in rows)
+    and the docs use (:func:`layout`'s)."""
+    return layout(rows, batch, kv_heads, head_size, dtype)[2]
 
 
 class KVCache:
@@ -123,12 +135,7 @@ class SharedKV(KVCache):
 
     def __init__(self, model: Any, batch: int, max_length: int) -> None:
         super().__init__(model, batch, max_length)
-        # key and value of layer i: rows[i] rows each, one after the other in the block
-        specs = [TensorSpec(self.dtype, (*self.shape[:2], r, self.shape[3]))
-                 for r in self.rows for _ in range(2)]
-        offsets = [0]
-        for spec in specs[:-1]:
-            offsets.append(offsets[-1] + align_up(spec.nbytes, ALIGNMENT))
+        specs, offsets, _ = layout(self.rows, *self.shape[:2], self.shape[3], self.dtype)
         try:
             if self.device == HOST:
                 block = allocate_host(self.nbytes, self.reservation)
