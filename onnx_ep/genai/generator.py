@@ -267,6 +267,44 @@ class Generator:
     def is_done(self) -> bool:
         return bool(self.done.all()) or self.length >= self.max_length
 
+    def token_count(self) -> int:
+        """Tokens in each row's sequence so far (prompt and padding included)."""
+        return self.length
+
+    def rewind_to(self, length: int) -> None:
+        """Forget the tokens after the first ``length`` (batch 1, as onnxruntime-genai):
+        ``append_tokens`` or ``generate_next_token`` then go on from there. The model runs
+        again on the last kept token (a shared cache keeps the rest; a growing one is run
+        from the start); 0 starts over.
+
+        :raises FeedError: a batch, a ``length`` beyond the sequence, or a window-sized
+            cache that no longer holds the positions the rewind would keep.
+        """
+        if self.batch != 1:
+            raise FeedError(f"rewind_to takes batch 1, the generator has {self.batch} rows")
+        if not 0 <= length <= self.length:
+            raise FeedError(f"rewind_to({length}): the sequence has {self.length} tokens")
+        dec = self.model.config.decoder
+        window_rows = [self.kv.rows[i] for i in dec.window_layers if i < len(self.kv.rows)]
+        if length and window_rows and self.length > min(window_rows):
+            raise FeedError(f"cannot rewind to {length}: a window-sized cache of "
+                            f"{min(window_rows)} rows holds only the last positions of "
+                            f"{self.length}; raise sliding_window.cache_slack")
+        while self._queued:
+            self._collect()
+        self.sequences[:, length:] = self.pad
+        self.mask[:, length:] = 0
+        self.length = length
+        self.counts = self.mask[:, :max(length - 1, 0)].sum(axis=1)
+        self.fed = max(length - 1, 0)
+        if not self.kv.shared:           # its pasts hold every fed column: run them again
+            self.kv.reset()
+            self.fed, self.counts[:] = 0, 0
+        self.done[:] = False
+        self._ready = False
+        self._raw_logits = self._host_logits = self._greedy = None
+        self._next = np.zeros(self.batch, np.int64)
+
     def close(self) -> None:
         """Wait for queued runs, then release the KV cache's bytes (also done when the
         generator is collected)."""

@@ -183,6 +183,10 @@ class GrowingKV(KVCache):
             raise ModelError("genai_config.json's sliding_window layers keep a window-sized "
                              "cache of fixed capacity: set past_present_share_buffer true")
         super().__init__(model, batch, max_length)
+        self.reset()
+
+    def reset(self) -> None:
+        """Empty pasts, as before the first step."""
         empty = Tensor(np.zeros((*self.shape[:2], 0, self.shape[3]), self.dtype))
         self.pasts: dict[str, Tensor] = {n: empty for past, _ in self.names for n in past}
 

@@ -85,6 +85,59 @@ def test_appending_after_the_eos_goes_on_from_the_token_before_it(model, folders
     gen.close()
 
 
+def _generator(model, prompt, max_length=40):
+    params = genai.GeneratorParams(model)
+    params.set_search_options(max_length=max_length)
+    gen = genai.Generator(model, params)
+    gen.append_tokens(prompt)
+    return gen
+
+
+def _steps(gen, n):
+    out = []
+    for _ in range(n):
+        if gen.is_done():
+            break
+        gen.generate_next_token()
+        out.append(int(gen.get_next_tokens()[0]))
+    return out
+
+
+def test_rewind_to_goes_on_as_if_the_later_tokens_never_came(model):
+    """rewind_to(n) keeps the first n tokens: greedy steps regenerate what followed, and
+    appended tokens continue as a fresh prompt of the kept ones would."""
+    gen = _generator(model, [5, 9, 3, 7, 11])
+    first = _steps(gen, 8)
+    seq = gen.get_sequence(0).tolist()
+    assert len(first) >= 5 and gen.token_count() == len(seq) >= 10
+    gen.rewind_to(8)
+    assert gen.token_count() == 8 and gen.get_sequence(0).tolist() == seq[:8]
+    assert _steps(gen, len(first) - 3) == first[3:]
+    gen.rewind_to(6)
+    gen.append_tokens([12, 4])
+    fresh = _generator(model, seq[:6] + [12, 4])
+    assert _steps(gen, 4) == _steps(fresh, 4)
+    gen.rewind_to(0)
+    gen.append_tokens([5, 9, 3, 7, 11])
+    assert _steps(gen, 8) == first
+    for g in (gen, fresh):
+        g.close()
+
+
+def test_rewind_to_refusals(model):
+    gen = _generator(model, [5, 9, 3])
+    with pytest.raises(FeedError, match="the sequence has 3 tokens"):
+        gen.rewind_to(4)
+    gen.close()
+    params = genai.GeneratorParams(model)
+    params.set_search_options(max_length=20, batch_size=2)
+    two = genai.Generator(model, params)
+    two.append_tokens([[5, 9, 3], [8, 4, 2]])
+    with pytest.raises(FeedError, match="batch 1"):
+        two.rewind_to(2)
+    two.close()
+
+
 def test_stops_at_max_length(model):
     gen, steps = _loop(model, PROMPT, 6)
     assert len(steps) == 2 and gen.get_sequence(0).size == 6

@@ -128,6 +128,27 @@ def test_a_step_queued_on_the_final_eos_is_dropped(folder):
     assert sum(s.ahead for s in decode) >= 4      # the EOS step's was queued, then dropped
 
 
+def test_rewind_with_a_step_in_flight(folder):
+    """rewind_to while the next step is queued ahead: it waits for it, then the kept tokens
+    go on as on cpu_reference."""
+    path, _ = folder
+    model, oracle = _pair(path)
+    results = []
+    for m in (oracle, model):
+        m.config = attrs.evolve(m.config, eos_token_ids=())
+        gen = _generator(m, [PROMPT])
+        for _ in range(6):
+            gen.generate_next_token()
+        gen.rewind_to(7)
+        gen.append_tokens([11, 12])
+        for _ in range(4):
+            gen.generate_next_token()
+        results.append((gen.get_sequence(0).tolist(), sum(s.ahead for s in _decode(gen.stats))))
+        gen.close()
+    (want, _), (got, ahead) = results
+    assert got == want and len(got) == 13 and ahead >= 4
+
+
 @pytest.mark.parametrize("search", [{"do_sample": True, "top_k": 5, "random_seed": 3},
                                     {"min_length": 9}], ids=["sampling", "min_length"])
 def test_steps_chosen_from_logits_are_not_queued_ahead_while_they_are(folder, search):

@@ -53,3 +53,29 @@ def test_step_by_step_tokens_and_sequences_equal_onnxruntime_genai(folders, prom
     ours = run(genai, genai.Model(folders["growing"]))
     assert ours == theirs
     assert 47 in [t for step in theirs[0] for t in step]      # the fixture meets its EOS
+
+
+@pytest.mark.slow
+def test_rewind_to_and_token_count_equal_onnxruntime_genai(folders):
+    """Generate, rewind_to, append and generate again: the same tokens and counts."""
+    og = pytest.importorskip("onnxruntime_genai")
+
+    def run(module, model):
+        params = module.GeneratorParams(model)
+        params.set_search_options(max_length=30, do_sample=False)
+        gen = module.Generator(model, params)
+        gen.append_tokens(PROMPT)
+        counts = []
+        for _ in range(5):
+            gen.generate_next_token()
+        counts.append(gen.token_count())
+        gen.rewind_to(6)
+        counts.append(gen.token_count())
+        gen.append_tokens([12, 4])
+        for _ in range(4):
+            gen.generate_next_token()
+        counts.append(gen.token_count())
+        return counts, [int(t) for t in gen.get_sequence(0)]
+
+    theirs = run(og, og.Model(str(folders["growing"])))
+    assert run(genai, genai.Model(folders["growing"])) == theirs
