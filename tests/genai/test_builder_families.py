@@ -1,4 +1,4 @@
-"""onnxruntime-genai's builder on eleven model families: tiny random checkpoints saved with
+"""onnxruntime-genai's builder on twelve model families: tiny random checkpoints saved with
 transformers, built fp32 and int4 (``accuracy_level=0``) for the CPU, and generated
 greedily by onnxruntime-genai and by onnx_ep.genai on cpu_reference: the same sequences
 (slow; skipped without torch, transformers and onnxruntime_genai).
@@ -6,7 +6,7 @@ greedily by onnxruntime-genai and by onnx_ep.genai on cpu_reference: the same se
 The families write different graphs: SkipLayerNormalization and partial rotary (Phi-2,
 Nemotron), Gelu and scaled embeddings (Gemma), softcapped logits and attention with
 window-sized caches on alternate layers (Gemma-2's ``sliding_window_cache``), per-head
-Q/K norms (Qwen3), multipliers (Granite), and the Llama-shaped rest.
+Q/K norms (Qwen3, LFM2), multipliers (Granite), and the Llama-shaped rest.
 """
 
 from __future__ import annotations
@@ -49,6 +49,9 @@ FAMILIES = {
     "olmo": ("OlmoConfig", "OlmoForCausalLM", {}),
     "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM", {}),
     "nemotron": ("NemotronConfig", "NemotronForCausalLM", {"hidden_size": 128}),
+    # attention layers only: its short-convolution layers need com.microsoft's
+    # CausalConvWithState, which onnx-ep does not have
+    "lfm2": ("Lfm2Config", "Lfm2ForCausalLM", {"layer_types": ["full_attention"] * 2}),
 }
 
 
