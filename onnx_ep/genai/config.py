@@ -191,11 +191,16 @@ def _parse(folder: Path, raw: dict[str, Any]) -> GenaiConfig:
                          "window (sliding_window_cache) are")
     window_size = int(window.get("window_size", 0) or 0)
     window_layers = tuple(int(i) for i in window.get("layers", ()) or ())
+    cache_slack = int(window.get("cache_slack", 0) or 0)
+    layers = int(dec["num_hidden_layers"])
+    if window_size < 0 or cache_slack < 0 or any(not 0 <= i < layers for i in window_layers):
+        raise ModelError(f"sliding_window {window}: window_size and cache_slack must be >= 0 "
+                         f"and layers indices of the model's {layers} layers")
     if window_size > 0 and not window_layers:   # onnxruntime-genai: every layer then
-        window_layers = tuple(range(int(dec["num_hidden_layers"])))
+        window_layers = tuple(range(layers))
     decoder = DecoderConfig(
-        window_size=max(window_size, 0), window_layers=window_layers if window_size > 0 else (),
-        cache_slack=max(int(window.get("cache_slack", 0) or 0), 0),
+        window_size=window_size, window_layers=window_layers if window_size else (),
+        cache_slack=cache_slack,
         filename=dec.get("filename", "model.onnx"),
         num_hidden_layers=int(dec["num_hidden_layers"]),
         num_attention_heads=int(dec["num_attention_heads"]),

@@ -285,7 +285,7 @@ class Generator:
         if not 0 <= length <= self.length:
             raise FeedError(f"rewind_to({length}): the sequence has {self.length} tokens")
         dec = self.model.config.decoder
-        window_rows = [self.kv.rows[i] for i in dec.window_layers if i < len(self.kv.rows)]
+        window_rows = [self.kv.rows[i] for i in dec.window_layers]
         if length and window_rows and self.length > min(window_rows):
             raise FeedError(f"cannot rewind to {length}: a window-sized cache of "
                             f"{min(window_rows)} rows holds only the last positions of "

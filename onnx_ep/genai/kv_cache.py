@@ -54,9 +54,8 @@ def layer_rows(decoder: Any, max_length: int) -> list[int]:
     if decoder.window_size > 0:
         window = decoder.window_size
         cap = max(window, min(max_length, window + (decoder.cache_slack or WINDOW_SLACK)))
-        for i in decoder.window_layers:
-            if 0 <= i < len(rows):
-                rows[i] = cap
+        for i in decoder.window_layers:      # indices checked when the config was read
+            rows[i] = cap
     return rows
 
 

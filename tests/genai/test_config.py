@@ -62,3 +62,25 @@ def test_a_model_that_does_not_match_its_config_is_refused(tmp_path):
     _write(tmp_path, model__decoder__num_hidden_layers=3)
     with pytest.raises(ModelError, match="past_key_values.2.key"):
         genai.Model(tmp_path)
+
+
+def test_sliding_window_is_read(tmp_path):
+    window = {"window_size": 16, "slide_key_value_cache": False, "slide_inputs": False,
+              "layers": [1], "cache_slack": 0}
+    c = genai.load_config(_write(tmp_path, model__decoder__sliding_window=window))
+    assert (c.decoder.window_size, c.decoder.window_layers, c.decoder.cache_slack) == \
+        (16, (1,), 0)
+    every = genai.load_config(_write(tmp_path, model__decoder__sliding_window=window | {
+        "layers": [], "cache_slack": 4}))
+    assert every.decoder.window_layers == (0, 1) and every.decoder.cache_slack == 4
+
+
+@pytest.mark.parametrize("change,match", [
+    ({"slide_key_value_cache": True}, "slide_key_value_cache"),
+    ({"layers": [2]}, "layers indices of the model's 2 layers"),
+    ({"cache_slack": -1}, "must be >= 0"),
+])
+def test_sliding_window_refusals(tmp_path, change, match):
+    window = {"window_size": 16, "layers": [0], "cache_slack": 0} | change
+    with pytest.raises(ModelError, match=match):
+        genai.load_config(_write(tmp_path, model__decoder__sliding_window=window))

@@ -377,11 +377,10 @@ class GroupQueryAttention(CpuKernel):
                                                          total)
         sink, softcap = self._sink(ctx, head_sink, hq), float(node.attr("softcap", 0.0))
         scale = float(node.attr("scale", 0.0)) or 1.0 / np.sqrt(head)
-        spec = gqa_scores_spec(batch, q_len, hq, cap)
+        spec = gqa_scores_spec(1, q_len, hq, cap)     # one entry at a time
 
         def attend(qb, keys, vals, allowed, b_bias):
-            # a contiguous (1, Hq, S, keys) block at the workspace's front
-            scores = _scores(workspace, spec, keys.shape[2])[:1]
+            scores = _scores(workspace, spec, keys.shape[2])
             return _attend(qb, keys, vals, scale, allowed, scores, bias=b_bias,
                            softcap=softcap, sink=sink)
 

@@ -76,7 +76,13 @@ from onnx_ep.providers.cuda.kernels.base import (
 )
 from onnx_ep.providers.cuda.kernels.fused_gemm import MATMUL_ADD_PARITY, MS_DOMAIN
 from onnx_ep.providers.cuda.kernels.gemm import problem_alignment
-from onnx_ep.providers.cuda.kernels.nbits_mma import Mma, NbMma, mma_geometry, resident_blocks
+from onnx_ep.providers.cuda.kernels.nbits_mma import (
+    SMEM_MAX,
+    Mma,
+    NbMma,
+    mma_geometry,
+    resident_blocks,
+)
 from onnx_ep.providers.shared.nbits import NBITS_BITS, NBitsGeometry, nbits_geometry  # noqa: F401
 
 #: A's dtypes (the scales', typed zero points' and bias' too)
@@ -104,7 +110,7 @@ GEMV_MIN_BLOCKS = 264
 GEMV_MAX_BLOCKS = 4096
 #: shared memory of the gemv's staged A (float32, plus one sum per 16 values); above 48 KiB
 #: the kernel is opted in to more (every sm_80+ device allows 96 KiB)
-GEMV_SMEM_MAX = 96 * 1024
+GEMV_SMEM_MAX = SMEM_MAX
 GEMV_SMEM_DEFAULT = 48 * 1024
 #: workspace bytes of one chunk of dequantized weights (and its product) on the gemm route
 DEQUANT_BUDGET = 64 << 20

@@ -23,9 +23,9 @@ from onnx_ep.providers.shared.nbits import NBitsGeometry
 
 #: rows of A it takes at most: the n = 8 of mma.m16n8k16
 MMA_MAX_M = 8
-#: dynamic shared memory a block may use: every sm_80+ device allows 96 KiB (sm_86 / sm_89
-#: at most 99)
-MMA_SMEM_MAX = 96 * 1024
+#: dynamic shared memory a block of either MatMulNBits gemv may opt in to: every sm_80+
+#: device allows 96 KiB (sm_86 / sm_89 at most 99); nbits.py's GEMV_SMEM_MAX is this one
+SMEM_MAX = 96 * 1024
 
 
 class NbMma(ctypes.Structure):
@@ -94,7 +94,7 @@ def mma_geometry(plan: NBitsGeometry, m: int, dtype: Any, zp_mode: int,
         return None
     threads = MMA_THREADS
     smem = mma_shared_bytes(m, plan.k, threads)
-    if smem > MMA_SMEM_MAX:
+    if smem > SMEM_MAX:
         return None
     units, groups = plan.k // 32, -(-plan.n // 16)
     warps = threads // 32
