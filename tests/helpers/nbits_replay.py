@@ -158,8 +158,8 @@ def mma_model(mem, sym, args, shared, threads):
     g = args[6][0]
     assert g.k % 32 == 0 and g.units == g.k // 32 and 1 <= g.m <= 8 and g.log2_block >= 5
     assert g.kw in (1, 2, 4, 8) and g.upw * g.kw >= g.units and threads // 32 % g.kw == 0
-    # warps past the first split a row's units in whole stages of their ring
-    assert g.kw == 1 or g.upw % nm.MMA_STAGE == 0
+    # warps past the first split a row's units in parts of MMA_SPLIT units
+    assert g.kw == 1 or g.upw % nm.MMA_SPLIT == 0
     assert threads <= 256 and shared == nm.mma_shared_bytes(g.m, g.k, threads)
     f32 = np.float32
     a = mem.view(a_ptr, dtype, g.m * g.k).reshape(g.m, g.k).astype(np.float64)

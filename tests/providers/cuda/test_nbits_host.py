@@ -140,19 +140,20 @@ def test_struct_layouts_match_the_source():
         assert sizes == [ctypes.sizeof(t) for _, t in cls._fields_], name
 
 
-def test_tensor_core_ring_sizes_match_the_source():
-    """The host sizes the kernel's shared memory from the ring's #defines: the same numbers."""
+def test_tensor_core_stage_sizes_match_the_source():
+    """The host sizes the kernel's shared memory from the stage's #defines: the same numbers."""
     src = (Path(nb.__file__).parent / "nbits.cu").read_text()
     d = {k: v for k, v in re.findall(r"^#define (MMA_\w+) (.+)$", src, re.M)}
     env = {}
-    for name in ("MMA_STAGE", "MMA_DEPTH", "MMA_ROWB", "MMA_SWORDS", "MMA_STAGE_BYTES",
-                 "MMA_THREADS"):
+    for name in ("MMA_STAGE", "MMA_ROWB", "MMA_SROW", "MMA_WARP_BYTES", "MMA_THREADS"):
         env[name] = eval(d[name], {}, dict(env))    # each a C expression of the ones before
-    assert (env["MMA_STAGE"], env["MMA_DEPTH"], env["MMA_STAGE_BYTES"]) == \
-        (nm.MMA_STAGE, nm.MMA_DEPTH, nm.MMA_STAGE_BYTES)
+    assert (env["MMA_STAGE"], env["MMA_WARP_BYTES"]) == (nm.MMA_STAGE, nm.MMA_WARP_BYTES)
     assert nm.MMA_THREADS <= env["MMA_THREADS"]     # __launch_bounds__ of the kernel
-    # the kernel's 16-byte copies need 16-byte aligned slots and rows
-    assert nm.MMA_STAGE_BYTES % 16 == 0 and env["MMA_ROWB"] % 16 == 0
+    # 16-byte stores of the codes need 16-byte aligned rows and warp regions; a lane loads
+    # one unit of a stage (a row's units in 16 or 32 lanes), and the scales' rows are of odd
+    # length (conflict-free reads)
+    assert nm.MMA_WARP_BYTES % 16 == 0 and env["MMA_ROWB"] % 16 == 0
+    assert env["MMA_STAGE"] in (16, 32) and env["MMA_SROW"] % 2 == 1
 
 
 # ---------------------------------------------------------------- geometry
@@ -663,12 +664,12 @@ def test_many_rows_of_b_take_four_a_thread_with_two_chunks_each():
 
 @pytest.mark.parametrize("k,n,m,want", [
     # Qwen2.5-0.5B decode: up/gate, down, qkv, lm_head: (kw, units a warp, blocks, smem)
-    (896, 151936, 1, (1, 28, 2374, 4 * 4 * 2624 + 1792 + 2048)),
-    (896, 151936, 8, (1, 28, 2374, 4 * 4 * 2624 + 8 * 1792 + 2048)),
-    (896, 40000, 1, (1, 28, 625, 4 * 4 * 2624 + 1792 + 2048)),
-    # fewer rows: K split over 4 warps, one stage each
-    (896, 4864, 1, (4, 8, 304, 4 * 4 * 2624 + 1792 + 2048)),
-    (896, 1152, 1, (4, 8, 72, 4 * 4 * 2624 + 1792 + 2048)),
+    (896, 151936, 1, (1, 28, 2374, 4 * 6528 + 1792 + 2048)),
+    (896, 151936, 8, (1, 28, 2374, 4 * 6528 + 8 * 1792 + 2048)),
+    (896, 40000, 1, (1, 28, 625, 4 * 6528 + 1792 + 2048)),
+    # fewer rows: K split over 4 warps, one part of 8 units each
+    (896, 4864, 1, (4, 8, 304, 4 * 6528 + 1792 + 2048)),
+    (896, 1152, 1, (4, 8, 72, 4 * 6528 + 1792 + 2048)),
     # 56 groups x 4 warps: too few warps for the GPU, the float32 gemv
     (4864, 896, 1, None),
 ])
@@ -706,7 +707,7 @@ def test_tensor_core_gemv_is_off_when_asked(monkeypatch):
 def test_tensor_core_gemv_with_few_rows_splits_k_over_warps(monkeypatch):
     monkeypatch.setattr(nm, "MMA_MIN_WARPS", 1)
     g = nm.mma_geometry(_plan(896, 4864), 1, F16, 0, 90)
-    # 28 units: 4 warps of one stage each (8 more would leave warps with none)
+    # 28 units: 4 warps of 8 units each (8 warps would leave some with none)
     assert (g.kw, g.upw, g.grid[0]) == (4, 8, 304)
     monkeypatch.setattr(nm, "MMA_THREADS", 256)
     g = nm.mma_geometry(_plan(896, 4864), 1, F16, 0, 90)

@@ -1,7 +1,7 @@
-// Asynchronous copies from global into shared memory (cp.async, sm_80 on), shared by the
-// kernels that keep several loads of a row in flight while they compute on an earlier one
-// (softmax.cu's rows, nbits.cu's tensor-core gemv). Before sm_80 the copy goes through
-// registers at once, so there is nothing to wait for.
+// Asynchronous copies from global into shared memory (cp.async, sm_80 on), for kernels that
+// keep several loads of a row in flight while they compute on an earlier one (softmax.cu's
+// rows). Before sm_80 the copy goes through registers at once, so there is nothing to wait
+// for.
 #pragma once
 
 namespace ep {

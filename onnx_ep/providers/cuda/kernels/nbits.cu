@@ -28,7 +28,6 @@
 // GatherBlockQuantized, gbq_<data>_<index>_<T>: one thread per output element; data int4 /
 // uint4 (one element per byte, low nibble, as ml_dtypes stores them) or uint8 holding
 // 8 / bits codes along the last axis. (code - zp) * scale in float64, rounded once: exact.
-#include "ep_async.cuh"
 #include "ep_float.cuh"
 #include "ep_geo.cuh"
 
@@ -446,13 +445,16 @@ __device__ void nbits_gemv(const T* __restrict__ a, const u8* __restrict__ b,
 // their sums in shared memory in a fixed order (deterministic). The bias is added in float32
 // and the sum rounded once to T.
 //
-// B and the scales reach the warp through shared memory, MMA_STAGE units of its 16 rows a
-// stage, MMA_DEPTH stages in flight (cp.async, each warp its own ring: no block barrier).
-// Read straight from global memory, a lane's 4-byte word of each of 16 rows made every load
-// touch 16 cache lines for 64 useful bytes, and the loads of a unit waited on its arithmetic:
-// the L1 pipeline, not DRAM, set the pace. A stage's copies are 128 contiguous bytes of a row
-// per 8 lanes, and its scales whole words of each row's span (cp_async4 zero-fills the half
-// past the end of the scales, never reading it).
+// B reaches the warp in stages of 16 rows x MMA_STAGE units: each lane loads 16-byte units
+// (lane l: unit l % 16 of rows 2j + l / 16, eight 16-byte loads, two rows of 256 contiguous
+// bytes a warp load) and the scales and zero points of its units into registers, while the
+// warp sums the previous stage from shared memory; then it stores them there (the scales as
+// float32, the zero points as the pair the codes subtract). One stage is in flight a warp
+// and a multiprocessor holds 16 warps (128 registers a thread). On the H200 this reads the
+// LM head's 68 MB (896 x 151936) at 2.2 TB/s; a ring of cp.async stages of 8 units (the
+// previous design) read it at 1.5, and a lane's 4-byte word of 16 rows read straight from
+// global memory (the first) at 1.2: every load touched 16 cache lines for 64 useful bytes.
+// With B in L2 it takes as long, so the arithmetic, not HBM, sets its pace now.
 struct NbMma {
     long long n;       // N
     int k;             // K (a multiple of 32)
@@ -462,22 +464,26 @@ struct NbMma {
     int row_bytes;     // bytes of a row of B
     int units;         // K / 32
     int kw;            // warps sharing 16 rows (1, 2, 4 or 8)
-    int upw;           // units per warp: a multiple of MMA_STAGE when kw > 1
+    int upw;           // units per warp (the host splits in multiples of 8)
     int zp_mode;       // 0 none, 1 packed uint8
     int zp_row_bytes;  // bytes of a row of packed zero points
 };
 
-// units of a stage, stages in flight a warp, and a stage's bytes in shared memory: 16 rows of
-// MMA_STAGE 16-byte units (16 bytes of padding a row: lanes reading word q of 8 rows hit 32
-// different banks), then 16 rows of MMA_SWORDS words of scales (a stage spans at most 8
-// blocks, 4 words, and one more where a row's span starts mid-word)
-#define MMA_STAGE 8
-#define MMA_DEPTH 4
+// units of a stage, and a warp's shared memory: 16 rows of MMA_STAGE 16-byte units (16 bytes
+// of padding a row: lanes reading word q of 8 rows hit 32 different banks), then 16 rows of
+// MMA_SROW float scales and as many zero-point pairs (an odd row length: conflict-free)
+#define MMA_STAGE 16
+// a lane loads one unit of a stage: MMA_STAGE lanes a row, MMA_RPL rows a warp load,
+// MMA_LOADS loads a lane
+#define MMA_RPL (32 / MMA_STAGE)
+#define MMA_LOADS (16 / MMA_RPL)
 #define MMA_ROWB (MMA_STAGE * 16 + 16)
-#define MMA_SWORDS 5
-#define MMA_STAGE_BYTES (16 * MMA_ROWB + 16 * MMA_SWORDS * 4)
-// the most threads of its blocks (the host launches 128 or 256)
+#define MMA_SROW (MMA_STAGE + 1)
+#define MMA_WARP_BYTES (16 * MMA_ROWB + 2 * 16 * MMA_SROW * 4)
+// the most threads of its blocks (the host launches 128 or 256), and blocks of that many a
+// multiprocessor's registers hold: 128 registers a thread, 16 warps
 #define MMA_THREADS 256
+#define MMA_MIN_BLOCKS 2
 
 template <class T> struct MmaOf;
 template <> struct MmaOf<f16> {
@@ -539,6 +545,29 @@ __device__ __forceinline__ u32 code_pair(u32 w, int s) {
         "r"(MmaOf<T>::MAGIC));
     return r;
 }
+
+// the pairs (codes s, s + 4) - z of word w for s = 0..3 (neg_z: the magic pair of -z). In
+// float16 the odd pairs skip their shift: (w & 0x00F000F0) | magic is 1024 + 16 code, and
+// fma(x, 1/16, -(64 + z)) is code - z exactly; bfloat16's magic leaves no room for that
+template <class T>
+__device__ __forceinline__ void word_pairs(u32 w, u32 neg_z, u32 (&p)[4]) {
+#pragma unroll
+    for (int s = 0; s < 4; ++s) p[s] = pair_minus<T>(code_pair<T>(w, s), neg_z);
+}
+template <>
+__device__ __forceinline__ void word_pairs<f16>(u32 w, u32 neg_z, u32 (&p)[4]) {
+    u32 neg_hi, h0, h1;
+    // -(1024 + z) + 960 = -(64 + z), exact
+    asm("add.rn.f16x2 %0, %1, %2;" : "=r"(neg_hi) : "r"(neg_z), "r"(0x63806380u));
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(h0) : "r"(w), "r"(0x00F000F0u),
+        "r"(MmaOf<f16>::MAGIC));
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(h1) : "r"(w >> 8), "r"(0x00F000F0u),
+        "r"(MmaOf<f16>::MAGIC));
+    p[0] = pair_minus<f16>(code_pair<f16>(w, 0), neg_z);
+    p[2] = pair_minus<f16>(code_pair<f16>(w, 2), neg_z);
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(p[1]) : "r"(h0), "r"(0x2C002C00u), "r"(neg_hi));
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(p[3]) : "r"(h1), "r"(0x2C002C00u), "r"(neg_hi));
+}
 #endif
 
 // A [m, K] into shared memory as T, each 8 values in the order 0,4,1,5,2,6,3,7
@@ -570,51 +599,84 @@ __device__ __forceinline__ float scale_f32(f16 x) { return __half2float(x); }
 __device__ __forceinline__ float scale_f32(bf16 x) { return __bfloat162float(x); }
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-// acc += the sums of units us .. us + n of one stage in its ring slot (n = MMA_STAGE for
-// every stage but a part's last: a compile-time count leaves no branch between units, so
-// the units' loads, conversions and mma chains interleave). ZP: packed zero points, read
-// from global memory per unit; otherwise nz8, code - 8's subtrahend.
+// a scale's bits as float
+template <class T> __device__ __forceinline__ float scale_bits_f32(u16 h);
+template <> __device__ __forceinline__ float scale_bits_f32<f16>(u16 h) {
+    return scale_f32(f16_from_bits(h));
+}
+template <> __device__ __forceinline__ float scale_bits_f32<bf16>(u16 h) {
+    return scale_f32(bf16_from_bits(h));
+}
+
+// four 16-byte loads in one statement: all are in flight before any is used, and a volatile
+// statement stays ahead of the sums that follow it (the mma statements are volatile too)
+#define MMA_LD4(V, P)                                                                        \
+    asm volatile("ld.global.cs.v4.u32 {%0,%1,%2,%3}, [%16];\n"                               \
+                 "ld.global.cs.v4.u32 {%4,%5,%6,%7}, [%17];\n"                               \
+                 "ld.global.cs.v4.u32 {%8,%9,%10,%11}, [%18];\n"                             \
+                 "ld.global.cs.v4.u32 {%12,%13,%14,%15}, [%19];\n"                           \
+                 : "=r"((V)[0].x), "=r"((V)[0].y), "=r"((V)[0].z), "=r"((V)[0].w),          \
+                   "=r"((V)[1].x), "=r"((V)[1].y), "=r"((V)[1].z), "=r"((V)[1].w),          \
+                   "=r"((V)[2].x), "=r"((V)[2].y), "=r"((V)[2].z), "=r"((V)[2].w),          \
+                   "=r"((V)[3].x), "=r"((V)[3].y), "=r"((V)[3].z), "=r"((V)[3].w)           \
+                 : "l"((P)[0]), "l"((P)[1]), "l"((P)[2]), "l"((P)[3]))
+__device__ __forceinline__ u16 ld_u16(const void* p) {
+    u16 v;
+    asm volatile("ld.global.nc.u16 %0, [%1];" : "=h"(v) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ u16 ld_u8(const void* p) {
+    u16 v;
+    asm volatile("ld.global.nc.u8 %0, [%1];" : "=h"(v) : "l"(p));
+    return v;
+}
+
+// acc += the sums of units us .. us + n of the stage in the warp's shared memory (n =
+// MMA_STAGE for every stage but a part's last: a compile-time count leaves no branch between
+// units, so the units' loads, conversions and mma chains interleave). ZP: the zero points'
+// pairs are in shared memory; otherwise nz8, code - 8's subtrahend.
 template <class T, bool ZP, int N>
 __device__ __forceinline__ void mma_stage(const u8* __restrict__ slot, int us, int n,
-                                          int blk0, const T* __restrict__ sa_row,
-                                          const T* __restrict__ sb_row,
-                                          const T* __restrict__ xa, int gr, int q,
-                                          long long ra, long long rb,
-                                          const u8* __restrict__ zp, const NbMma& g, u32 nz8,
+                                          const T* __restrict__ xa, int gr, int q, u32 nz8,
                                           float (&acc)[4]) {
+    const float* sc = reinterpret_cast<const float*>(slot + 16 * MMA_ROWB);
+    const u32* zq = reinterpret_cast<const u32*>(sc + 16 * MMA_SROW);
 #pragma unroll
     for (int i = 0; i < N; ++i) {
         if (N != MMA_STAGE && i >= n) break;
-        const int u = us + i;
         const u32 wa = *reinterpret_cast<const u32*>(slot + gr * MMA_ROWB + i * 16 + q * 4);
         const u32 wb = *reinterpret_cast<const u32*>(slot + (gr + 8) * MMA_ROWB + i * 16 +
                                                       q * 4);
-        const int blk = (u * 32) >> g.log2_block;
-        const float sa = scale_f32(sa_row[blk - blk0]), sb = scale_f32(sb_row[blk - blk0]);
+        const float sa = sc[gr * MMA_SROW + i], sb = sc[(gr + 8) * MMA_SROW + i];
         u32 nza = nz8, nzb = nz8;
         if constexpr (ZP) {
-            const int shift = (blk & 1) * 4;
-            nza = MmaOf<T>::pair(-(MmaOf<T>::BASE +
-                ((__ldg(zp + ra * g.zp_row_bytes + (blk >> 1)) >> shift) & 15)));
-            nzb = MmaOf<T>::pair(-(MmaOf<T>::BASE +
-                ((__ldg(zp + rb * g.zp_row_bytes + (blk >> 1)) >> shift) & 15)));
+            nza = zq[gr * MMA_SROW + i];
+            nzb = zq[(gr + 8) * MMA_SROW + i];
         }
-        const uint2 x0 = *reinterpret_cast<const uint2*>(xa + u * 32);
-        const uint2 x1 = *reinterpret_cast<const uint2*>(xa + u * 32 + 4);
+        const uint2 x0 = *reinterpret_cast<const uint2*>(xa + (us + i) * 32);
+        const uint2 x1 = *reinterpret_cast<const uint2*>(xa + (us + i) * 32 + 4);
         float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        mma16816<T>(d, pair_minus<T>(code_pair<T>(wa, 0), nza),
-                    pair_minus<T>(code_pair<T>(wb, 0), nzb),
-                    pair_minus<T>(code_pair<T>(wa, 1), nza),
-                    pair_minus<T>(code_pair<T>(wb, 1), nzb), x0.x, x0.y);
-        mma16816<T>(d, pair_minus<T>(code_pair<T>(wa, 2), nza),
-                    pair_minus<T>(code_pair<T>(wb, 2), nzb),
-                    pair_minus<T>(code_pair<T>(wa, 3), nza),
-                    pair_minus<T>(code_pair<T>(wb, 3), nzb), x1.x, x1.y);
+        u32 pa[4], pb[4];
+        word_pairs<T>(wa, nza, pa);
+        word_pairs<T>(wb, nzb, pb);
+        mma16816<T>(d, pa[0], pb[0], pa[1], pb[1], x0.x, x0.y);
+        mma16816<T>(d, pa[2], pb[2], pa[3], pb[3], x1.x, x1.y);
         acc[0] = fmaf(sa, d[0], acc[0]);
         acc[1] = fmaf(sa, d[1], acc[1]);
         acc[2] = fmaf(sb, d[2], acc[2]);
         acc[3] = fmaf(sb, d[3], acc[3]);
     }
+}
+
+// mma_stage for a stage of n units: a whole stage, or a part's last
+template <class T, bool ZP>
+__device__ __forceinline__ void mma_stages(const u8* __restrict__ slot, int us, int n,
+                                           const T* __restrict__ xa, int gr, int q, u32 nz8,
+                                           float (&acc)[4]) {
+    if (n == MMA_STAGE)
+        mma_stage<T, ZP, MMA_STAGE>(slot, us, n, xa, gr, q, nz8, acc);
+    else
+        mma_stage<T, ZP, MMA_STAGE - 1>(slot, us, n, xa, gr, q, nz8, acc);
 }
 #endif
 
@@ -625,110 +687,96 @@ __device__ void nbits_mma(const T* __restrict__ a, const u8* __restrict__ b,
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
     extern __shared__ float4 nb_smem[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    u8* ring = reinterpret_cast<u8*>(nb_smem) + warp * (MMA_DEPTH * MMA_STAGE_BYTES);
-    T* as = reinterpret_cast<T*>(reinterpret_cast<u8*>(nb_smem) +
-                                 warps * (MMA_DEPTH * MMA_STAGE_BYTES));
+    u8* slot = reinterpret_cast<u8*>(nb_smem) + warp * MMA_WARP_BYTES;
+    float* sc = reinterpret_cast<float*>(slot + 16 * MMA_ROWB);
+    u32* zq = reinterpret_cast<u32*>(sc + 16 * MMA_SROW);
+    T* as = reinterpret_cast<T*>(reinterpret_cast<u8*>(nb_smem) + warps * MMA_WARP_BYTES);
     float* red = reinterpret_cast<float*>(as + g.m * g.k);   // [warps][32 lanes][4]
     const int gr = lane >> 2, q = lane & 3;
     const int groups = warps / g.kw;                     // 16-row groups a block takes
     const int grp = warp / g.kw, part = warp % g.kw;
     const int u0 = min(part * g.upw, g.units), u1 = min(u0 + g.upw, g.units);
     const int stages = (u1 - u0 + MMA_STAGE - 1) / MMA_STAGE;
-    const long long total_halves = g.n * g.n_blocks;
     const long long step = (long long)gridDim.x * groups * 16;
     const long long first0 = (long long)blockIdx.x * groups * 16;
     // The warp's stages form one sequence over its tiles (tile j: the 16 rows from
-    // first0 + j * step + grp * 16), so the next tile's first stages are in flight while
-    // this one's last are summed: the grid can be persistent (as many blocks as the device
-    // holds) without draining the ring at every tile. issue() copies the next stage of the
-    // sequence into its slot; every call commits a group (empty past the warp's last tile
-    // or without units), so "all but the newest DEPTH - 1 groups have landed" is exact.
+    // first0 + j * step + grp * 16), so the next tile's first stage is in flight while this
+    // one's last is summed: the grid can be persistent (as many blocks as the device holds).
+    // load() reads the next stage of the sequence into registers: lane l takes unit l % 16
+    // of the stage in rows 2j + l / 16 (j < 8), with its scale and zero-point byte; store()
+    // writes them into the warp's shared memory.
+    const int li = lane % MMA_STAGE, lh = lane / MMA_STAGE;
+    uint4 v[MMA_LOADS];
+    u16 sv[MMA_LOADS], zv[MMA_LOADS];
+    int zshift = 0;
+    bool loaded = false;
     long long next_tile = 0;
-    int next_stage = 0, next_slot = 0;
-    auto issue = [&]() {
+    int next_stage = 0;
+    auto load = [&]() {
         const long long base = first0 + next_tile * step + grp * 16;
-        if (stages > 0 && base < g.n) {
-            const int us = u0 + next_stage * MMA_STAGE;
-            u8* slot = ring + next_slot * MMA_STAGE_BYTES;
+        loaded = stages > 0 && base < g.n;
+        if (loaded) {
+            // lanes past the part's units reread its last one (never summed)
+            const int u = min(u0 + next_stage * MMA_STAGE + li, u1 - 1);
+            const int blk = (u * 32) >> g.log2_block;
+            long long row[MMA_LOADS];
+            const u8* pb[MMA_LOADS];
 #pragma unroll
-            for (int j = 0; j < MMA_STAGE / 2; ++j) {     // 16 rows x MMA_STAGE units / 32
-                const int c = lane + 32 * j, r = c / MMA_STAGE, i = c % MMA_STAGE;
+            for (int j = 0; j < MMA_LOADS; ++j) {
                 // rows past N read the last row (their sums are dropped)
-                const long long row = min(base + r, g.n - 1);
-                if (us + i < u1)
-                    cp_async16(slot + r * MMA_ROWB + i * 16,
-                               b + row * g.row_bytes + (long long)(us + i) * 16);
+                row[j] = min(base + MMA_RPL * j + lh, g.n - 1);
+                pb[j] = b + row[j] * g.row_bytes + (long long)u * 16;
             }
-            // each row's scales of blocks blk0 .. blk1 as whole words from word
-            // (row * n_blocks + blk0) / 2
-            const int blk0 = (us * 32) >> g.log2_block;
-            const int blk1 = ((min(us + MMA_STAGE, u1) * 32) - 1) >> g.log2_block;
-            for (int e = lane; e < 16 * MMA_SWORDS; e += 32) {
-                const int r = e / MMA_SWORDS, w = e % MMA_SWORDS;
-                const long long first = min(base + r, g.n - 1) * g.n_blocks;
-                const long long wi = ((first + blk0) >> 1) + w;
-                if (wi <= (first + blk1) >> 1) {
-                    const long long left = 2 * (total_halves - 2 * wi);   // bytes from wi
-                    cp_async4(slot + 16 * MMA_ROWB + e * 4,
-                              reinterpret_cast<const u8*>(scales) + wi * 4,
-                              left < 4 ? (int)left : 4);
-                }
+#pragma unroll
+            for (int j = 0; j < MMA_LOADS; j += 4) MMA_LD4(v + j, pb + j);
+#pragma unroll
+            for (int j = 0; j < MMA_LOADS; ++j) sv[j] = ld_u16(scales + row[j] * g.n_blocks + blk);
+            if (g.zp_mode == 1) {
+                zshift = (blk & 1) * 4;
+#pragma unroll
+                for (int j = 0; j < MMA_LOADS; ++j) zv[j] = ld_u8(zp + row[j] * g.zp_row_bytes + (blk >> 1));
             }
         }
-        cp_async_commit();
-        next_slot = next_slot + 1 == MMA_DEPTH ? 0 : next_slot + 1;
         if (++next_stage >= stages) {
             next_stage = 0;
             ++next_tile;
+        }
+    };
+    auto store = [&]() {
+        if (!loaded) return;
+#pragma unroll
+        for (int j = 0; j < MMA_LOADS; ++j) {
+            const int r = MMA_RPL * j + lh;
+            *reinterpret_cast<uint4*>(slot + r * MMA_ROWB + li * 16) = v[j];
+            sc[r * MMA_SROW + li] = scale_bits_f32<T>(sv[j]);
+            if (g.zp_mode == 1)
+                zq[r * MMA_SROW + li] = MmaOf<T>::pair(-(MmaOf<T>::BASE + ((zv[j] >> zshift) & 15)));
         }
     };
     // code - 8 for no zero points: the magic pair's subtrahend, the same for every unit
     const u32 nz8 = MmaOf<T>::pair(-(MmaOf<T>::BASE + 8));
     // column gr of the B fragment is row gr of A (rows past M read row 0; dropped)
     const T* xa = as + (gr < g.m ? gr : 0) * g.k + 8 * q;
-    // the first stages start before A is staged: their latency overlaps A's
-    for (int t = 0; t < MMA_DEPTH - 1; ++t) issue();
+    load();     // the first stage's latency overlaps A's staging
     stage_a_mma<T>(a, as, g);
     __syncthreads();
-    int slot_at = 0;    // the slot of the stage summed next
     // the loop is the block's (uniform: the partial sums meet at barriers)
     for (long long first = first0; first < g.n; first += step) {
         const long long base = first + grp * 16;
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        const long long ra = min(base + gr, g.n - 1), rb = min(base + gr + 8, g.n - 1);
         for (int t = 0; t < stages; ++t) {
-            // the slot the issued stage takes was summed in the previous iteration, which
-            // every lane has left (the __syncwarp below)
-            issue();
-            cp_async_wait<MMA_DEPTH - 1>();
-            __syncwarp();   // the other lanes' copies of this stage are visible
-            const u8* slot = ring + slot_at * MMA_STAGE_BYTES;
-            slot_at = slot_at + 1 == MMA_DEPTH ? 0 : slot_at + 1;
-            if (base >= g.n) continue;    // a tile past N: its stages were not copied
-            const int us = u0 + t * MMA_STAGE;
-            const int blk0 = (us * 32) >> g.log2_block;
-            // a row's scales start at half (row * n_blocks + blk0) & 1 of its words
-            const T* sa_row = reinterpret_cast<const T*>(
-                slot + 16 * MMA_ROWB + gr * (MMA_SWORDS * 4)) + ((ra * g.n_blocks + blk0) & 1);
-            const T* sb_row = reinterpret_cast<const T*>(
-                slot + 16 * MMA_ROWB + (gr + 8) * (MMA_SWORDS * 4)) +
-                ((rb * g.n_blocks + blk0) & 1);
-            const int n = min(MMA_STAGE, u1 - us);
-            if (g.zp_mode == 1) {
-                if (n == MMA_STAGE)
-                    mma_stage<T, true, MMA_STAGE>(slot, us, n, blk0, sa_row, sb_row, xa, gr, q,
-                                                  ra, rb, zp, g, nz8, acc);
+            store();        // this stage (waits for its loads)
+            __syncwarp();   // the other lanes' stores are visible
+            load();         // the next one is in flight while this one is summed
+            if (base < g.n) {
+                const int us = u0 + t * MMA_STAGE;
+                const int n = min(MMA_STAGE, u1 - us);
+                if (g.zp_mode == 1)
+                    mma_stages<T, true>(slot, us, n, xa, gr, q, nz8, acc);
                 else
-                    mma_stage<T, true, MMA_STAGE - 1>(slot, us, n, blk0, sa_row, sb_row, xa,
-                                                      gr, q, ra, rb, zp, g, nz8, acc);
-            } else if (n == MMA_STAGE) {
-                mma_stage<T, false, MMA_STAGE>(slot, us, n, blk0, sa_row, sb_row, xa, gr, q, ra,
-                                               rb, zp, g, nz8, acc);
-            } else {
-                mma_stage<T, false, MMA_STAGE - 1>(slot, us, n, blk0, sa_row, sb_row, xa, gr, q,
-                                                   ra, rb, zp, g, nz8, acc);
+                    mma_stages<T, false>(slot, us, n, xa, gr, q, nz8, acc);
             }
-            __syncwarp();   // every lane is done with this slot before it is refilled
+            __syncwarp();   // every lane is done with the stage before the next is stored
         }
         if (g.kw > 1) {
             float* mine = red + (warp * 32 + lane) * 4;
@@ -894,7 +942,7 @@ extern "C" __global__ void nbits_dequant_b##BITS##_##S(const u8* b, const T* sca
 }
 #define EP_NB(T, S) EP_NB_BITS(T, S, 2) EP_NB_BITS(T, S, 4) EP_NB_BITS(T, S, 8)
 #define EP_NB_MMA(T, S)                                                                      \
-extern "C" __global__ void __launch_bounds__(MMA_THREADS)                                   \
+extern "C" __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS)                   \
 nbits_mma_b4_##S(const T* a, const u8* b, const T* scales, const u8* zp, const T* bias,     \
                  T* y, NbMma g) {                                                            \
     nbits_mma<T>(a, b, scales, zp, bias, y, g);                                              \

@@ -11,9 +11,9 @@ uint8, codes of ``bits`` (2, 4, 8) packed low bits first, dequantized per block 
   points, float16/bfloat16 A, sm_80+, B with rows enough for the GPU's warps:
   :mod:`.nbits_mma`): ``nbits_mma_b4_*`` turns each code into an exact
   ``code - zero_point`` of A's type and multiplies on tensor cores (``mma.m16n8k16``,
-  float32 sums), scaling each 32-code unit's sum in float32. Each warp streams its 16 rows
-  of B and their scales through a ring of shared-memory stages (``cp.async``) over a
-  persistent grid.
+  float32 sums), scaling each 32-code unit's sum in float32. Each warp reads its 16 rows
+  of B, their scales and zero points in stages of 16 units, loaded into registers (16-byte
+  loads) while it sums the previous stage from shared memory, over a persistent grid.
 - **gemv** (M = rows of A <= :data:`GEMV_MAX_M`, a decode step): ``nbits_gemv_*`` reads B in
   its stored layout, 16 bytes a load, dequantizes in registers and accumulates in float32
   (one launch, no workspace). A is staged in shared memory as float32; rows of B that are
@@ -486,10 +486,9 @@ class MatMulNBits(CudaKernel):
 
     def _mma(self, ctx: ExecutionContext, mma: Mma, plan: NBitsPlan, m: int, mode: int,
              a: Any, b: Any, scales: Any, zp_ptr: int, bias_ptr: int, y: Any) -> None:
-        if int(b.ptr) % 16 or int(scales.ptr) % 4:
-            raise self.fail(ctx, f"B at 0x{int(b.ptr):x} or the scales at "
-                                 f"0x{int(scales.ptr):x} are not aligned (16 and 4 bytes: "
-                                 f"the kernel copies them whole 16-byte and 4-byte words)")
+        if int(b.ptr) % 16:
+            raise self.fail(ctx, f"B at 0x{int(b.ptr):x} is not 16-byte aligned (the "
+                                 f"tensor-core gemv reads it 16 bytes at a time)")
         geo = NbMma(plan.n, plan.k, m, plan.n_blocks, int(plan.block).bit_length() - 1,
                     row_bytes(plan), plan.k // 32, mma.kw, mma.upw, mode, zp_row_bytes(plan))
         fn = self.function(f"nbits_mma_b4_{suffix(a.dtype)}", a)
@@ -497,8 +496,9 @@ class MatMulNBits(CudaKernel):
             from onnx_ep.providers.cuda import launch
 
             launch.allow_dynamic_shared(fn)
-        # a persistent grid: each warp's ring runs on from tile to tile instead of a
-        # block ending (and its ring draining) after one
+        # a persistent grid: each warp's loads run on from tile to tile (the next tile's
+        # first stage in flight while this one's last is summed) instead of a block ending
+        # after one
         resident = resident_blocks(ctx, fn, mma.threads, mma.shared_bytes)
         grid = (min(mma.grid[0], resident), 1, 1) if resident > 0 else mma.grid
         self.launch(fn, grid, mma.block,

@@ -3,10 +3,10 @@
 geometry, pure Python (tested on the CPU), and the persistent grid it launches.
 
 A warp takes 16 rows of B and splits nothing (``kw`` 1) when B has rows enough for the
-GPU's warps; otherwise ``kw`` warps split a row's 32-code units in whole stages of the
-warp's ring (``cp.async`` into shared memory, :data:`MMA_STAGE` units a stage,
-:data:`MMA_DEPTH` stages in flight). B that leaves fewer than :data:`MMA_MIN_WARPS` warps
-busy takes the float32 gemv instead.
+GPU's warps; otherwise ``kw`` warps split a row's 32-code units in parts of
+:data:`MMA_SPLIT` units. A warp reads its part in stages (:data:`MMA_STAGE` units of 16
+rows, loaded into registers while the warp sums the previous stage from its shared memory).
+B that leaves fewer than :data:`MMA_MIN_WARPS` warps busy takes the float32 gemv instead.
 """
 
 from __future__ import annotations
@@ -46,10 +46,13 @@ MMA_FLOATS = frozenset((np.dtype(np.float16), BF16))
 #: multiprocessor)
 MMA_THREADS = 128
 MMA_TARGET_WARPS = 132 * 16
-#: nbits.cu's per-warp ring: 32-code units a stage, stages in flight, bytes of a stage
-MMA_STAGE = 8
-MMA_DEPTH = 4
-MMA_STAGE_BYTES = 16 * (MMA_STAGE * 16 + 16) + 16 * 5 * 4
+#: nbits.cu's stages: 32-code units of 16 rows a stage, and a warp's shared memory (the
+#: stage's codes, float scales and zero-point pairs)
+MMA_STAGE = 16
+MMA_WARP_BYTES = 16 * (MMA_STAGE * 16 + 16) + 2 * 16 * (MMA_STAGE + 1) * 4
+#: units a part of a split row is a multiple of (a part's last stage may be partial: lanes
+#: past its units reread its last one, and only its units are summed)
+MMA_SPLIT = 8
 #: warps (16-row groups of B x kw) it needs at least: with fewer, the float32 gemv (more
 #: threads a row) wins. On the H200 (L2 flushed, 128 threads)
 #: it beat the gemv wherever it had 288 warps or more (896 x 1152: 7.1 against 7.8 us;
@@ -75,9 +78,9 @@ class Mma:
 
 
 def mma_shared_bytes(m: int, k: int, threads: int) -> int:
-    """Dynamic shared memory of ``nbits_mma_b4_*``: each warp's ring of stages, A as T, and
-    the warps' partial sums."""
-    return threads // 32 * MMA_DEPTH * MMA_STAGE_BYTES + 2 * m * k + threads * 16
+    """Dynamic shared memory of ``nbits_mma_b4_*``: each warp's stage, A as T, and the warps'
+    partial sums."""
+    return threads // 32 * MMA_WARP_BYTES + 2 * m * k + threads * 16
 
 
 def mma_geometry(plan: NBitsGeometry, m: int, dtype: Any, zp_mode: int,
@@ -85,8 +88,8 @@ def mma_geometry(plan: NBitsGeometry, m: int, dtype: Any, zp_mode: int,
     """The tensor-core gemv for ``m`` rows of A, or ``None`` where it does not apply: it
     takes 4-bit codes in blocks of 32 or more, K a multiple of 32, zero points none or
     packed, float16 or bfloat16 A of at most 8 rows, on sm_80 and later (``arch`` 80).
-    Where few rows of B leave warps idle, ``kw`` warps split a row's units, in whole
-    stages; B that leaves fewer than :data:`MMA_MIN_WARPS` warps busy even so takes the
+    Where few rows of B leave warps idle, ``kw`` warps split a row's units, in parts of
+    :data:`MMA_SPLIT`; B that leaves fewer than :data:`MMA_MIN_WARPS` warps busy even so takes the
     gemv."""
     if (not MMA_ROUTE or arch < 80 or plan.bits != 4 or plan.block < 32 or plan.k % 32
             or zp_mode not in (0, 1) or np.dtype(dtype) not in MMA_FLOATS
@@ -101,7 +104,7 @@ def mma_geometry(plan: NBitsGeometry, m: int, dtype: Any, zp_mode: int,
     kw, upw = 1, units
     while kw * 2 <= warps and groups * kw < MMA_TARGET_WARPS:
         per = -(-units // (2 * kw))
-        split = -(-per // MMA_STAGE) * MMA_STAGE   # parts start on a stage
+        split = -(-per // MMA_SPLIT) * MMA_SPLIT
         if -(-units // split) <= kw:      # no more warps would have units
             break
         kw, upw = 2 * kw, split
