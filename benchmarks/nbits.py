@@ -10,9 +10,13 @@ gemv) and M = 128 (a prefill chunk: dequantize + cuBLASLt), or --rows.
 Each case builds a one-node Session (``KernelStep`` of cuda_kernels.py: placement, plan,
 arena, weight upload, one run), checks that run against cpu_reference under the kernel's
 promise (--no-check skips it), then times the kernel step alone: the median over --iters
-of a CUDA event pair around one call. Before each timed call a device-to-device copy of
---flush-mib (128 MiB) evicts L2, so the weights come from HBM as in a model whose weights
-do not fit L2 (--warm keeps L2: the small shapes then read from it). Printed per case: µs,
+of a CUDA event pair around one call. Before each timed call --flush-mib (128 MiB) evicts
+L2, so the weights come from HBM as in a model whose weights do not fit L2 (--warm keeps
+L2: the small shapes then read from it). The flush reads that many bytes (--flush read, a
+kernel of this file, the default): in a model the weights before a projection are evicted
+by the other weights' reads, so L2 holds clean lines. --flush copy copies them instead, as
+earlier runs did: L2 is then full of the copy's dirty lines, and the timed kernel also
+pays for writing them back to HBM (2-3 us on the LM head). Printed per case: µs,
 effective GB/s of the packed weight bytes (B; the scales, 1/8 of that, are not counted),
 the share of --peak-gbs (4800: H200 HBM3e), and for M > 1 TFLOP/s.
 
@@ -24,7 +28,8 @@ show the kernels' streaming rate.
 
 Usage::
 
-    python benchmarks/nbits.py [--rows 1,128] [--iters 50] [--warm] [--no-check] [--json]
+    python benchmarks/nbits.py [--rows 1,128] [--iters 50] [--flush read|copy] [--warm]
+                               [--no-check] [--json]
 """
 
 from __future__ import annotations
@@ -60,19 +65,62 @@ def progress(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def gpu_us(bench: Any, step: Any, iters: int, flush_bytes: int, warmup: int = 3) -> list[float]:
-    """Microseconds of each of ``iters`` calls of ``step`` (event pairs), L2 flushed first
-    unless ``flush_bytes`` is 0."""
+#: the read flush: every 16 bytes of a buffer read (an xor the compiler cannot drop)
+READ_SOURCE = r"""
+extern "C" __global__ void l2_read(const uint4* p, long long n16, unsigned* out) {
+    unsigned acc = 0;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n16; i += stride) {
+        const uint4 v = __ldcs(p + i);
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x9e3779b9u) out[0] = acc;
+}
+"""
+
+
+class Flush:
+    """Evicts L2 on a stream before each timed call: reads (or copies) the bench's scratch."""
+
+    def __init__(self, bench: Any, nbytes: int, mode: str) -> None:
+        self.bench, self.nbytes, self.mode = bench, nbytes, mode
+        self.fn: Any = None
+        if mode == "read" and nbytes:
+            import ctypes
+
+            from onnx_ep.providers.cuda import launch, nvrtc
+
+            arch = bench.device.arch
+            cubin = nvrtc.compile_cubin(READ_SOURCE, "l2_read.cu", ["--std=c++17"], arch)
+            self.fn = launch.load_module(cubin).function("l2_read")
+            src, dst = bench.scratch
+            self.args = [(src.ptr, ctypes.c_void_p), (nbytes // 16, ctypes.c_int64),
+                         (dst.ptr, ctypes.c_void_p)]
+            self.grid = (bench.device.multiprocessors * 8, 1, 1)
+
+    def __call__(self, stream: Any) -> None:
+        if not self.nbytes:
+            return
+        if self.fn is not None:
+            from onnx_ep.providers.cuda import launch
+
+            launch.launch(self.fn, self.grid, (256, 1, 1), self.args, stream)
+        else:
+            src, dst = self.bench.scratch
+            self.bench.copies.copy_dtod(dst.ptr, src.ptr, self.nbytes, stream)
+
+
+def gpu_us(bench: Any, step: Any, iters: int, flush: Flush, warmup: int = 3) -> list[float]:
+    """Microseconds of each of ``iters`` calls of ``step`` (event pairs), each after
+    ``flush``."""
     device, stream = bench.device, step.stream
     events = [(device.new_event(timing=True), device.new_event(timing=True))
               for _ in range(iters)]
-    src, dst = bench.scratch
     try:
         for _ in range(warmup):
             step()
         for start, end in events:
-            if flush_bytes:
-                bench.copies.copy_dtod(dst.ptr, src.ptr, flush_bytes, stream)
+            flush(stream)
             start.record(stream)
             step()
             end.record(stream)
@@ -120,8 +168,7 @@ def bench_case(bench: Any, name: str, k: int, n: int, m: int, args: argparse.Nam
         progress(f"  {name} M={m}: session + first run {time.perf_counter() - t0:.1f} s")
         note = check_output(case, step.first[0]) if args.check else "not checked"
         step.first = None
-        flush = 0 if args.warm else int(args.flush_mib * MIB)
-        us = statistics.median(gpu_us(bench, step, args.iters, flush))
+        us = statistics.median(gpu_us(bench, step, args.iters, args.flusher))
     finally:
         step.close()
     weight_bytes = case.b.nbytes
@@ -147,7 +194,7 @@ def markdown(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     cols = ["case", "K", "N", "M", "route", "us", "weight_MB", "GB/s", "peak_%", "TFLOP/s",
             "target", "note"]
     head = (f"MatMulNBits int4 block 32, fp16; peak {args.peak_gbs:g} GB/s; "
-            f"{'warm L2' if args.warm else f'L2 flushed ({args.flush_mib:g} MiB copy)'}; "
+            f"{'warm L2' if args.warm else f'L2 flushed ({args.flush_mib:g} MiB {args.flush})'}; "
             f"median of {args.iters}")
     lines = [head, "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
@@ -166,7 +213,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--iters", type=int, default=50,
                     help="timed calls per case; the median is reported (50)")
     ap.add_argument("--flush-mib", type=float, default=128,
-                    help="MiB copied before each timed call to evict L2 (128)")
+                    help="MiB read (or copied) before each timed call to evict L2 (128)")
+    ap.add_argument("--flush", choices=("read", "copy"), default="read",
+                    help="evict L2 by reading --flush-mib (default: clean lines, as in a "
+                         "model) or by copying them (dirty lines the kernel writes back)")
     ap.add_argument("--warm", action="store_true", help="do not flush L2 between calls")
     ap.add_argument("--peak-gbs", type=float, default=4800.0,
                     help="HBM bandwidth the share is of, GB/s (4800: H200)")
@@ -192,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     bench = Bench(argparse.Namespace(size_mib=max(args.flush_mib, 1.0), iters=args.iters))
     rows: list[dict[str, Any]] = []
     try:
+        args.flusher = Flush(bench, 0 if args.warm else int(args.flush_mib * MIB), args.flush)
         for name, k, n in SHAPES:
             if name not in names:
                 continue
