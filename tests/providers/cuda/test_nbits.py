@@ -186,8 +186,9 @@ def test_an_omitted_projection_gives_the_bias(cuda_device):
 
 @pytest.mark.parametrize("k,n,launch", [
     (896, 4864, ("nbits_mma_b4_f16", (304, 1, 1), (128, 1, 1), 29952)),
-    (4864, 896, ("nbits_gemv_b4_m1r1_f16", (448, 1, 1), (128, 1, 1), 23104))],
-    ids=["mma", "gemv"])
+    (4864, 896, ("nbits_mma_b4_f16", (56, 1, 1), (256, 1, 1), 66048)),
+    (896, 512, ("nbits_gemv_b4_m1r1_f16", (128, 1, 1), (64, 1, 1), 4256))],
+    ids=["mma", "mma-kw8", "gemv"])
 def test_a_decode_step_is_one_launch(cuda_device, monkeypatch, k, n, launch):
     from onnx_ep import Session
     launched = record_launches(monkeypatch)
@@ -241,13 +242,14 @@ def test_tensor_core_replays_equal_eager_runs_bit_for_bit(cuda_device, monkeypat
     check_replays_match_eager(case.model, case.feeds)
 
 
-@pytest.mark.parametrize("k,n", [(4864, 896), (896, 4864)], ids=["gemv", "mma"])
+@pytest.mark.parametrize("k,n", [(896, 512), (896, 4864), (4864, 896)],
+                         ids=["gemv", "mma", "mma-kw8"])
 def test_runs_are_deterministic(cuda_device, monkeypatch, k, n):
     from onnx_ep import Session
 
     case = NBitsCase(k=k, n=n, block=32, a_shape=(1, 1, k), dtype=np.float16, seed=7)
     geo = nm.mma_geometry(nb.nbits_plan(_meta(case)), 1, np.float16, 0, 90)
-    assert (geo is not None) == (n == 4864)     # the routes the ids name
+    assert (geo is not None) == (n != 512)      # the routes the ids name
     sess = Session(case.model, providers=["cuda"])
     try:
         first = np.asarray(sess.run(None, case.feeds, _eager())[0])

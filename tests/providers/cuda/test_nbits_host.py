@@ -670,8 +670,11 @@ def test_many_rows_of_b_take_four_a_thread_with_two_chunks_each():
     # fewer rows: K split over 4 warps, one part of 8 units each
     (896, 4864, 1, (4, 8, 304, 4 * 6528 + 1792 + 2048)),
     (896, 1152, 1, (4, 8, 72, 4 * 6528 + 1792 + 2048)),
-    # 56 groups x 4 warps: too few warps for the GPU, the float32 gemv
-    (4864, 896, 1, None),
+    # 56 groups: K split over 8 warps, blocks of 256 threads
+    (4864, 896, 1, (8, 24, 56, 8 * 6528 + 2 * 4864 + 4096)),
+    (896, 896, 1, (4, 8, 56, 4 * 6528 + 1792 + 2048)),
+    # 32 groups x 4 warps (28 units leave no fifth part): too few, the float32 gemv
+    (896, 512, 1, None),
 ])
 def test_tensor_core_gemv_geometry_of_decode_shapes(k, n, m, want):
     g = nm.mma_geometry(_plan(k, n), m, F16, 0, 90)
@@ -679,7 +682,7 @@ def test_tensor_core_gemv_geometry_of_decode_shapes(k, n, m, want):
         assert g is None and nb.gemv_geometry(_plan(k, n), m) is not None
         return
     assert (g.kw, g.upw, g.grid[0], g.shared_bytes) == want
-    assert g.block == (nm.MMA_THREADS, 1, 1)
+    assert g.block == (max(nm.MMA_THREADS, 32 * g.kw), 1, 1)
 
 
 @pytest.mark.parametrize("change,why", [
@@ -709,6 +712,13 @@ def test_tensor_core_gemv_with_few_rows_splits_k_over_warps(monkeypatch):
     g = nm.mma_geometry(_plan(896, 4864), 1, F16, 0, 90)
     # 28 units: 4 warps of 8 units each (8 warps would leave some with none)
     assert (g.kw, g.upw, g.grid[0]) == (4, 8, 304)
+    # 152 units over 8 warps, in a block of 256 threads
+    g = nm.mma_geometry(_plan(4864, 896), 1, F16, 0, 90)
+    assert (g.kw, g.upw, g.grid[0], g.block) == (8, 24, 56, (256, 1, 1))
+    # eight rows of a 4096-wide A leave 8 warps' stages no room: 4 warps of 128 threads
+    g = nm.mma_geometry(_plan(4096, 896), 8, F16, 0, 90)
+    assert (g.kw, g.upw, g.block) == (4, 32, (128, 1, 1))
+    assert g.shared_bytes == nm.mma_shared_bytes(8, 4096, 128) <= nm.SMEM_MAX
     monkeypatch.setattr(nm, "MMA_THREADS", 256)
     g = nm.mma_geometry(_plan(896, 4864), 1, F16, 0, 90)
     assert (g.kw, g.upw, g.grid[0], g.block) == (4, 8, 152, (256, 1, 1))

@@ -42,9 +42,10 @@ class NbMma(ctypes.Structure):
 MMA_ROUTE = True
 #: activations the tensor-core gemv takes (float32 would need tf32, which rounds A)
 MMA_FLOATS = frozenset((np.dtype(np.float16), BF16))
-#: threads of its blocks (the kernel allows up to 256), and warps it aims for (16 per H200
-#: multiprocessor)
+#: threads of its blocks, and warps it aims for (16 per H200 multiprocessor). Where ``kw``
+#: warps split a row, a block holds 32 * kw threads at least (the kernel allows 256)
 MMA_THREADS = 128
+MMA_MAX_KW = 8
 MMA_TARGET_WARPS = 132 * 16
 #: nbits.cu's stages: 32-code units of 16 rows a stage, and a warp's shared memory (the
 #: stage's codes, float scales and zero-point pairs)
@@ -54,11 +55,11 @@ MMA_WARP_BYTES = 16 * (MMA_STAGE * 16 + 16) + 2 * 16 * (MMA_STAGE + 1) * 4
 #: past its units reread its last one, and only its units are summed)
 MMA_SPLIT = 8
 #: warps (16-row groups of B x kw) it needs at least: with fewer, the float32 gemv (more
-#: threads a row) wins. On the H200 (L2 flushed, 128 threads)
-#: it beat the gemv wherever it had 288 warps or more (896 x 1152: 7.1 against 7.8 us;
-#: 896 x 4864: 8.3 / 9.1; 4096 x 11008: 27.2 / 37.4; the LM head 896 x 151936: 56.4 / 78.9)
-#: and lost with 224 (4864 x 896: 14.8 / 10.9)
-MMA_MIN_WARPS = 2 * 132
+#: threads a row) is taken. On the H200 (L2 flushed by a read; us, float32 gemv against
+#: tensor cores) it won at 224 warps (4864 x 896: 10.19 / 8.83 with kw 8; 896 x 896: 7.42 /
+#: 6.43) and above (896 x 1152: 7.55 / 6.46; 896 x 4864: 8.64 / 7.42; 11008 x 4096:
+#: 45.57 / 15.58); narrower B was not measured
+MMA_MIN_WARPS = 224
 
 
 @attrs.frozen
@@ -88,29 +89,32 @@ def mma_geometry(plan: NBitsGeometry, m: int, dtype: Any, zp_mode: int,
     """The tensor-core gemv for ``m`` rows of A, or ``None`` where it does not apply: it
     takes 4-bit codes in blocks of 32 or more, K a multiple of 32, zero points none or
     packed, float16 or bfloat16 A of at most 8 rows, on sm_80 and later (``arch`` 80).
-    Where few rows of B leave warps idle, ``kw`` warps split a row's units, in parts of
-    :data:`MMA_SPLIT`; B that leaves fewer than :data:`MMA_MIN_WARPS` warps busy even so takes the
-    gemv."""
+    Where few rows of B leave warps idle, ``kw`` warps (up to :data:`MMA_MAX_KW`, a block
+    of ``32 * kw`` threads) split a row's units, in parts of :data:`MMA_SPLIT`; B that leaves
+    fewer than :data:`MMA_MIN_WARPS` warps busy even so takes the gemv."""
     if (not MMA_ROUTE or arch < 80 or plan.bits != 4 or plan.block < 32 or plan.k % 32
             or zp_mode not in (0, 1) or np.dtype(dtype) not in MMA_FLOATS
             or not 1 <= m <= MMA_MAX_M):
         return None
-    threads = MMA_THREADS
-    smem = mma_shared_bytes(m, plan.k, threads)
-    if smem > SMEM_MAX:
-        return None
     units, groups = plan.k // 32, -(-plan.n // 16)
-    warps = threads // 32
-    kw, upw = 1, units
-    while kw * 2 <= warps and groups * kw < MMA_TARGET_WARPS:
-        per = -(-units // (2 * kw))
-        split = -(-per // MMA_SPLIT) * MMA_SPLIT
-        if -(-units // split) <= kw:      # no more warps would have units
+    # a wider block where that many warps split a row, unless A leaves it no shared memory
+    for max_kw in dict.fromkeys((max(MMA_MAX_KW, MMA_THREADS // 32), MMA_THREADS // 32)):
+        kw, upw = 1, units
+        while kw * 2 <= max_kw and groups * kw < MMA_TARGET_WARPS:
+            per = -(-units // (2 * kw))
+            split = -(-per // MMA_SPLIT) * MMA_SPLIT
+            if -(-units // split) <= kw:      # no more warps would have units
+                break
+            kw, upw = 2 * kw, split
+        threads = max(MMA_THREADS, 32 * kw)
+        smem = mma_shared_bytes(m, plan.k, threads)
+        if smem <= SMEM_MAX:
             break
-        kw, upw = 2 * kw, split
+    else:
+        return None
     if groups * kw < MMA_MIN_WARPS:
         return None
-    blocks = -(-groups // (warps // kw))
+    blocks = -(-groups // (threads // 32 // kw))
     return Mma(kw, upw, (min(blocks, 65535), 1, 1), smem, threads)
 
 
