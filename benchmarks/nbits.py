@@ -29,7 +29,7 @@ show the kernels' streaming rate.
 Usage::
 
     python benchmarks/nbits.py [--rows 1,128] [--iters 50] [--flush read|copy] [--warm]
-                               [--no-check] [--json]
+                               [--route auto|gemv|mma] [--no-check] [--json]
 """
 
 from __future__ import annotations
@@ -183,6 +183,17 @@ def bench_case(bench: Any, name: str, k: int, n: int, m: int, args: argparse.Nam
     return row
 
 
+def force_route(route: str) -> None:
+    """Make MatMulNBits take ``route`` for M <= 8 where it can (module settings of
+    :mod:`~onnx_ep.providers.cuda.kernels.nbits_mma`; this process only)."""
+    from onnx_ep.providers.cuda.kernels import nbits_mma
+
+    if route == "gemv":
+        nbits_mma.MMA_ROUTE = False
+    elif route == "mma":
+        nbits_mma.MMA_MIN_WARPS = 1
+
+
 def _meta(k: int, n: int) -> Any:
     from onnx_ep.core.kernel import NodeMeta
 
@@ -195,7 +206,7 @@ def markdown(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
             "target", "note"]
     head = (f"MatMulNBits int4 block 32, fp16; peak {args.peak_gbs:g} GB/s; "
             f"{'warm L2' if args.warm else f'L2 flushed ({args.flush_mib:g} MiB {args.flush})'}; "
-            f"median of {args.iters}")
+            f"median of {args.iters}; route {args.route}")
     lines = [head, "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
         lines.append("| " + " | ".join(str(r.get(c, "")) for c in cols) + " |")
@@ -218,6 +229,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="evict L2 by reading --flush-mib (default: clean lines, as in a "
                          "model) or by copying them (dirty lines the kernel writes back)")
     ap.add_argument("--warm", action="store_true", help="do not flush L2 between calls")
+    ap.add_argument("--route", choices=("auto", "gemv", "mma"), default="auto",
+                    help="the decode route: as the kernel picks it (auto), the float32 gemv "
+                         "wherever it applies, or the tensor-core gemv wherever it applies "
+                         "(however few warps B keeps busy)")
     ap.add_argument("--peak-gbs", type=float, default=4800.0,
                     help="HBM bandwidth the share is of, GB/s (4800: H200)")
     ap.add_argument("--no-check", dest="check", action="store_false",
@@ -237,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from cuda_kernels import Bench
 
+    force_route(args.route)
     rows_m = [int(x) for x in args.rows.split(",") if x]
     names = set(args.shapes.split(","))
     bench = Bench(argparse.Namespace(size_mib=max(args.flush_mib, 1.0), iters=args.iters))

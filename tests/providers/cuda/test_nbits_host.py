@@ -724,3 +724,23 @@ def test_tensor_core_gemv_with_few_rows_splits_k_over_warps(monkeypatch):
     assert (g.kw, g.upw, g.grid[0], g.block) == (4, 8, 152, (256, 1, 1))
     g = nm.mma_geometry(_plan(4864, 896), 1, F16, 0, 90)
     assert (g.kw, g.upw, g.grid[0]) == (8, 24, 56)
+
+
+def test_the_benchmark_forces_either_decode_route(monkeypatch):
+    """benchmarks/nbits.py --route: the float32 gemv or the tensor cores wherever they apply
+    (the route tables of docs/PERFORMANCE.md are timed that way)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[3] / "benchmarks" / "nbits.py"
+    spec = importlib.util.spec_from_file_location("bench_nbits", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    for name in ("MMA_ROUTE", "MMA_MIN_WARPS"):
+        monkeypatch.setattr(nm, name, getattr(nm, name))   # restored after the test
+    narrow, lm_head = _plan(896, 512), _plan(896, 151936)
+    assert nm.mma_geometry(narrow, 1, F16, 0, 90) is None           # auto: the gemv
+    bench.force_route("mma")
+    assert nm.mma_geometry(narrow, 1, F16, 0, 90) is not None
+    bench.force_route("gemv")
+    assert nm.mma_geometry(lm_head, 1, F16, 0, 90) is None
+    assert nb.gemv_geometry(lm_head, 1) is not None
