@@ -151,11 +151,16 @@ class GenaiConfig:
         return names or ["cpu_reference"]
 
 
+#: genai_config.json's layer_types whose only state is the KV cache
+ATTENTION_LAYERS = frozenset(("full_attention", "sliding_attention", "attention"))
+
+
 def load_config(folder: str | os.PathLike[str]) -> GenaiConfig:
     """Read ``folder/genai_config.json``.
 
-    :raises ModelError: no such file, malformed JSON, a missing required field, or search
-        options onnx-ep does not run (``num_beams`` > 1).
+    :raises ModelError: no such file, malformed JSON, a missing required field, search
+        options onnx-ep does not run (``num_beams`` > 1), or layers with a state other than
+        the KV cache (``layer_types`` ``conv``).
     """
     folder = Path(folder)
     path = folder / CONFIG_NAME
@@ -189,6 +194,14 @@ def _parse(folder: Path, raw: dict[str, Any]) -> GenaiConfig:
                          "the runtime shifts itself, as onnxruntime-genai's QNN models have) "
                          "is not supported; models whose GroupQueryAttention keeps the "
                          "window (sliding_window_cache) are")
+    kinds = [str(t) for t in dec.get("layer_types", ()) or ()]
+    stateful = sorted({t for t in kinds if t not in ATTENTION_LAYERS})
+    if stateful or any(k.endswith("_conv_names") for k in names):
+        raise ModelError(
+            f"layer_types {stateful or kinds}: layers that carry a state other than a KV "
+            f"cache (LFM2's convolution layers, past_conv_names) are not supported by "
+            f"onnx_ep.genai; a Session runs their graph (com.microsoft::CausalConvWithState "
+            f"on cpu_reference), feeding each present state back as the next past")
     window_size = int(window.get("window_size", 0) or 0)
     window_layers = tuple(int(i) for i in window.get("layers", ()) or ())
     cache_slack = int(window.get("cache_slack", 0) or 0)

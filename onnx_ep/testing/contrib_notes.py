@@ -2,7 +2,7 @@
 table: the attributes and inputs each provider takes, and what it declines (the node then
 fails at load on cpu_reference, or falls back to cpu_reference from cuda). Kept beside the
 kernels' own checks: ``contrib_attention.py`` and ``quant_contrib.py`` of both providers,
-``cuda/kernels/gqa.py`` and ``cuda/kernels/nbits.py``."""
+``cuda/kernels/gqa.py``, ``cuda/kernels/nbits.py`` and cpu_reference's ``conv.py``."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ the tests (`tests/providers/cpu_reference/test_contrib_*.py`, and
 | MatMulNBits | `K`, `N`, `bits` (2, 4, 8), `block_size` (a power of two >= 16), `accuracy_level` | A, B (uint8 [N, blocks, blob]), scales, zero_points (packed uint8 or of A's type), g_idx, bias | - (every `accuracy_level` accumulates exactly: onnxruntime's level 4 quantizes A to int8, docs/PARITY.md) | g_idx, prepacked weights, float64 A; M <= 8 rows read the packed weights directly (gemv; 4-bit codes with float16/bfloat16 A and enough rows of B on tensor cores), more rows dequantize into the workspace and multiply with cuBLASLt |
 | GatherBlockQuantized | `gather_axis`, `quantize_axis`, `block_size`, `bits` | data (int4, uint4, or uint8 packing 2/4/8-bit codes), indices, scales, zero_points | - | - |
 | FusedMatMul | `alpha`, `transA`, `transB` | A, B | - | - |
+| CausalConvWithState | `ndim` (1), `activation` (`none`, `silu`, `swish`), `dilation`, `channels_last` | input, weight (channels, 1, k), bias, past_state; output, present_state (the last (k - 1) * dilation positions) | `ndim` 2 or 3, `state_window` > 0, onnxruntime's CUDA-only extended attributes (`state_update_capacity`, `state_length`, `input_channel_offset`, `input_channels`, a `state_channels_last` other than the layout's) and the `state_update` output | every node (no cuda kernel: it runs on cpu_reference) |
 
 `SimplifiedLayerNormalization` (`axis`, `epsilon`; in the default domain, an onnxruntime op)
 is listed under ai.onnx above.

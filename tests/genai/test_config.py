@@ -84,3 +84,22 @@ def test_sliding_window_refusals(tmp_path, change, match):
     window = {"window_size": 16, "layers": [0], "cache_slack": 0} | change
     with pytest.raises(ModelError, match=match):
         genai.load_config(_write(tmp_path, model__decoder__sliding_window=window))
+
+
+def test_attention_layer_types_are_read(tmp_path):
+    c = genai.load_config(_write(tmp_path, model__decoder__layer_types=[
+        "full_attention", "sliding_attention"]))
+    assert c.decoder.num_hidden_layers == 2
+
+
+@pytest.mark.parametrize("changes", [
+    # LFM2 as onnxruntime-genai's builder writes it: a convolution layer and its state names
+    {"model__decoder__layer_types": ["conv", "full_attention"],
+     "model__decoder__inputs__past_conv_names": "past.%d.conv",
+     "model__decoder__outputs__present_conv_names": "present.%d.conv"},
+    {"model__decoder__layer_types": ["linear_attention", "full_attention"]},
+    {"model__decoder__inputs__past_conv_names": "past.%d.conv"},
+], ids=["lfm2", "linear-attention", "conv-names"])
+def test_layers_with_a_state_besides_the_kv_cache_are_refused(tmp_path, changes):
+    with pytest.raises(ModelError, match="state other than a KV cache"):
+        genai.load_config(_write(tmp_path, **changes))

@@ -1,5 +1,6 @@
 """Conv (im2col + matmul) and ConvTranspose (matmul + col2im), N-d, grouped, dilated;
-DeformConv; CausalConvWithState.
+DeformConv; CausalConvWithState (ONNX's, and com.microsoft's with dilation and a
+channels-last layout).
 
 Numerics: float16/bfloat16 are multiplied and accumulated in float32 and rounded
 once; float32/float64 go through numpy's BLAS in their own type, whose summation
@@ -22,6 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import attrs
+import ml_dtypes
 import numpy as np
 
 from onnx_ep.core.kernel import (
@@ -36,6 +38,7 @@ from onnx_ep.errors import NodeError
 from onnx_ep.providers.cpu_reference.base import PRODUCT_PARITY, CpuKernel, check_same_dtype
 from onnx_ep.providers.cpu_reference.dot import wide
 from onnx_ep.providers.cpu_reference.formats import source_value
+from onnx_ep.providers.cpu_reference.fused_gemm import MS_DOMAIN
 from onnx_ep.providers.cpu_reference.lowfloat import compute_dtype, round_to, upcast
 from onnx_ep.providers.cpu_reference.numerics import round_from_float64, sigmoid
 from onnx_ep.providers.shared.windows import (
@@ -361,9 +364,14 @@ class CausalConvWithState(CpuKernel):
     def run(self, ctx: ExecutionContext, x: np.ndarray, w: np.ndarray,
             bias: np.ndarray | None = None, past: np.ndarray | None = None
             ) -> tuple[np.ndarray, np.ndarray]:
-        activation = ctx.node.attr("activation", "none")
-        if activation not in ("none", "silu", "swish"):
-            raise self.fail(ctx, f"activation {activation!r} is not 'none', 'silu' or 'swish'")
+        return self.conv(ctx, x, w, bias, past, _activation(self, ctx), 1)
+
+    def conv(self, ctx: ExecutionContext, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
+             past: np.ndarray | None, activation: str, dilation: int
+             ) -> tuple[np.ndarray, np.ndarray]:
+        """(output, present_state) of channels-first ``x``; tap j of output t reads position
+        t - (k - 1 - j) * dilation of [past_state, x], whose last (k - 1) * dilation
+        positions are the present state."""
         dtype = check_same_dtype(self, ctx, input=x, weight=w, bias=bias, past_state=past)
         if x.ndim != 3:
             raise self.fail(ctx, f"input must be (batch, channels, length), got {x.shape}")
@@ -371,15 +379,17 @@ class CausalConvWithState(CpuKernel):
         if w.ndim != 3 or w.shape[:2] != (c, 1) or w.shape[2] < 1:
             raise self.fail(ctx, f"weight has shape {w.shape}, expected ({c}, 1, k), k >= 1")
         k = w.shape[2]
+        span = (k - 1) * dilation
         if bias is not None and bias.shape != (c,):
             raise self.fail(ctx, f"bias has shape {bias.shape}, expected ({c},)")
-        if past is not None and past.shape != (bsz, c, k - 1):
+        if past is not None and past.shape != (bsz, c, span):
             raise self.fail(ctx, f"past_state has shape {past.shape}, expected "
-                                 f"{(bsz, c, k - 1)}")
-        head = np.zeros((bsz, c, k - 1), dtype) if past is None else past
+                                 f"{(bsz, c, span)}")
+        head = np.zeros((bsz, c, span), dtype) if past is None else past
         padded = np.concatenate([head, x], axis=2)
-        windows = np.lib.stride_tricks.sliding_window_view(upcast(padded), k, axis=2)
-        y = np.einsum("bclk,ck->bcl", windows, upcast(w)[:, 0, :])  # (B, C, L)
+        windows = np.lib.stride_tricks.sliding_window_view(upcast(padded), span + 1, axis=2)
+        taps = windows[..., ::dilation]                                   # (B, C, L, k)
+        y = np.einsum("bclk,ck->bcl", taps, upcast(w)[:, 0, :])           # (B, C, L)
         if bias is not None:
             y += upcast(bias)[:, None]
         if activation != "none":
@@ -391,9 +401,85 @@ class CausalConvWithState(CpuKernel):
         return out, present
 
 
+def _activation(kernel: CpuKernel, ctx: ExecutionContext) -> str:
+    activation = ctx.node.attr("activation", "none")
+    activation = activation.decode() if isinstance(activation, bytes) else str(activation)
+    if activation not in ("none", "silu", "swish"):
+        raise kernel.fail(ctx, f"activation {activation!r} is not 'none', 'silu' or 'swish'")
+    return activation
+
+
+#: com.microsoft::CausalConvWithState attributes of onnxruntime's CUDA-only extended path,
+#: with the value that leaves it off
+MS_CONV_CUDA_ONLY = {"state_update_capacity": 0, "state_length": 0,
+                     "input_channel_offset": 0, "input_channels": 0}
+
+
+class MsCausalConvWithState(CausalConvWithState):
+    """com.microsoft::CausalConvWithState (onnxruntime's contrib op, which onnxruntime-genai's
+    builder writes for LFM2's convolution layers): the same convolution with ``dilation``
+    and a channels-last layout (``channels_last`` 1: activations ``(batch, length, d...)``,
+    states ``(batch, state_length, d...)``, channels = prod(d)).
+
+    Declined with a :exc:`NodeError` naming the attribute: ``ndim`` 2 or 3, ``state_window``
+    > 0 (per-position states), and the CUDA-only extended attributes
+    (:data:`MS_CONV_CUDA_ONLY`, ``state_channels_last`` other than -1 or the layout's own,
+    the ``state_update`` output).
+    """
+
+    def __init__(self) -> None:
+        super().__init__("CausalConvWithState", since=1, domain=MS_DOMAIN,
+                         dtypes=(np.float32, np.float16, ml_dtypes.bfloat16))
+
+    def run(self, ctx: ExecutionContext, x: np.ndarray, w: np.ndarray,
+            bias: np.ndarray | None = None, past: np.ndarray | None = None
+            ) -> tuple[np.ndarray, ...]:
+        node = ctx.node
+        ndim, dilation = int(node.attr("ndim", 1)), int(node.attr("dilation", 1))
+        channels_last = int(node.attr("channels_last", 0))
+        if ndim != 1:
+            raise self.fail(ctx, f"ndim={ndim}: only the 1-d convolution is implemented")
+        if dilation < 1:
+            raise self.fail(ctx, f"dilation={dilation} must be >= 1")
+        if channels_last not in (0, 1):
+            raise self.fail(ctx, f"channels_last={channels_last} must be 0 or 1")
+        if int(node.attr("state_window", 0)) != 0:
+            raise self.fail(ctx, f"state_window={node.attr('state_window')}: per-position "
+                                 f"states are not implemented (0 is)")
+        for name, off in MS_CONV_CUDA_ONLY.items():
+            if int(node.attr(name, off)) != off:
+                raise self.fail(ctx, f"{name}={node.attr(name)} belongs to onnxruntime's "
+                                     f"CUDA-only extended path, which is not implemented")
+        if int(node.attr("state_channels_last", -1)) not in (-1, channels_last):
+            raise self.fail(ctx, f"state_channels_last={node.attr('state_channels_last')} "
+                                 f"differs from channels_last={channels_last}: not "
+                                 f"implemented")
+        if len(node.output_names) > 2 and node.output_names[2]:
+            raise self.fail(ctx, "the state_update output (CUDA-only) is not implemented")
+        activation = _activation(self, ctx)
+        if not channels_last:
+            return self.conv(ctx, x, w, bias, past, activation, dilation)
+        if x.ndim < 3:
+            raise self.fail(ctx, f"input must be (batch, length, d...), got {x.shape}")
+        bsz, length, *dims = x.shape
+        c = int(np.prod(dims))
+        first = np.ascontiguousarray(x.reshape(bsz, length, c).transpose(0, 2, 1))
+        if past is not None:
+            if past.ndim != x.ndim or past.shape[0] != bsz or tuple(past.shape[2:]) != \
+                    tuple(dims):
+                raise self.fail(ctx, f"past_state has shape {past.shape}, expected "
+                                     f"({bsz}, state_length, {', '.join(map(str, dims))})")
+            past = np.ascontiguousarray(past.reshape(bsz, -1, c).transpose(0, 2, 1))
+        out, present = self.conv(ctx, first, w, bias, past, activation, dilation)
+        return (np.ascontiguousarray(out.transpose(0, 2, 1)).reshape(x.shape),
+                np.ascontiguousarray(present.transpose(0, 2, 1)).reshape(
+                    bsz, present.shape[2], *dims))
+
+
 KERNELS: list[CpuKernel] = [
     Conv("Conv", since=1),
     ConvTranspose("ConvTranspose", since=1),
     DeformConv("DeformConv", since=19),
     CausalConvWithState("CausalConvWithState", since=27),
+    MsCausalConvWithState(),
 ]

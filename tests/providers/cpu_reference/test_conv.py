@@ -266,3 +266,104 @@ def test_causal_conv_with_state_wrong_past_shape_raises_node_error() -> None:
              "past": np.ones((1, 2, 3), np.float32)}
     with pytest.raises(NodeError, match="past_state"):
         _ours("CausalConvWithState", feeds, 2, opset=27)
+
+
+# ------------------------------------------------------------ com.microsoft::CausalConvWithState
+
+MS = "com.microsoft"
+
+
+def _ms_case(dtype: Any, channels_last: int, dims: tuple[int, ...], dilation: int,
+             with_bias: bool, with_past: bool, length: int, k: int = 4, bsz: int = 2
+             ) -> dict[str, np.ndarray | None]:
+    c, span = int(np.prod(dims)), (k - 1) * dilation
+    x_shape = (bsz, length, *dims) if channels_last else (bsz, c, length)
+    state_shape = (bsz, span, *dims) if channels_last else (bsz, c, span)
+    return {"x": _x(*x_shape, dtype=dtype), "w": _x(c, 1, k, dtype=dtype),
+            "b" if with_bias else "": _x(c, dtype=dtype) if with_bias else None,
+            "past": _x(*state_shape, dtype=dtype) if with_past else None}
+
+
+def _ms_model(feeds: dict[str, Any], **attrs: object) -> Any:
+    names = list(feeds)
+    while names and feeds[names[-1]] is None:
+        names.pop()             # trailing omitted optionals
+    inputs = {k: feeds[k] for k in names}
+    return node_model("CausalConvWithState", inputs, 2, domain=MS, **attrs)
+
+
+def _ort_or_skip(model: Any, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """onnxruntime's outputs; older releases have no com.microsoft::CausalConvWithState."""
+    import onnxruntime as ort
+
+    try:
+        return run_ort(model, feeds)
+    except Exception as exc:     # noqa: BLE001 - the release's own error types vary
+        if "CausalConvWithState" in str(exc) and ("implementation" in str(exc) or
+                                                   "schema" in str(exc).lower()):
+            pytest.skip(f"onnxruntime {ort.__version__} has no "
+                        f"com.microsoft::CausalConvWithState")
+        raise
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("channels_last,dims", [(0, (6,)), (1, (6,)), (1, (2, 3))])
+@pytest.mark.parametrize("dilation", [1, 3])
+@pytest.mark.parametrize("activation,with_bias,with_past,length", [
+    ("none", False, True, 1), ("silu", True, True, 5), ("swish", True, False, 5),
+    ("none", False, False, 2)])
+def test_ms_causal_conv_with_state_matches_onnxruntime(
+        dtype: Any, channels_last: int, dims: tuple[int, ...], dilation: int, activation: str,
+        with_bias: bool, with_past: bool, length: int) -> None:
+    pytest.importorskip("onnxruntime")
+    feeds = _ms_case(dtype, channels_last, dims, dilation, with_bias, with_past, length)
+    model = _ms_model(feeds, ndim=1, activation=activation, dilation=dilation,
+                      channels_last=channels_last)
+    given = {k: v for k, v in feeds.items() if k and v is not None}
+    want = _ort_or_skip(model, given)
+    got = run_ours(model, given)
+    for a, b, what in zip(got, want, ("output", "present_state")):
+        a, b = np.asarray(a), np.asarray(b)
+        assert a.dtype == b.dtype and a.shape == b.shape, what
+        np.testing.assert_allclose(a.astype(np.float64), b.astype(np.float64),
+                                   rtol=1e-3 if dtype == np.float16 else 1e-5,
+                                   atol=1e-3 if dtype == np.float16 else 1e-6, err_msg=what)
+
+
+@pytest.mark.parametrize("channels_last", [0, 1])
+def test_ms_causal_conv_with_state_streamed_token_by_token_equals_one_call(
+        channels_last: int) -> None:
+    """Dilated, channels-last or not: feeding each present state back as the next past gives
+    the same outputs and final state as one call over the whole sequence."""
+    length, axis = 7, 1 if channels_last else 2
+    feeds = _ms_case(np.float32, channels_last, (5,), 2, True, True, length)
+    attrs = dict(ndim=1, activation="silu", dilation=2, channels_last=channels_last)
+    model = _ms_model(feeds, **attrs)
+    y_all, s_all = run_ours(model, {k: v for k, v in feeds.items() if k})
+    state, steps = feeds["past"], []
+    one = _ms_model(dict(feeds, x=np.take(feeds["x"], [0], axis=axis)), **attrs)
+    for i in range(length):
+        step = dict(feeds, x=np.take(feeds["x"], [i], axis=axis), past=state)
+        yi, state = run_ours(one, {k: v for k, v in step.items() if k})
+        steps.append(yi)
+    np.testing.assert_allclose(np.concatenate(steps, axis=axis), y_all, rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(state, s_all)
+
+
+@pytest.mark.parametrize("attr,value", [
+    ("ndim", 2), ("state_window", 2), ("state_update_capacity", 4), ("state_length", 6),
+    ("input_channels", 3), ("input_channel_offset", 1), ("state_channels_last", 1),
+    ("dilation", 0)])
+def test_ms_causal_conv_with_state_declines_what_it_does_not_implement(attr: str,
+                                                                       value: int) -> None:
+    """A clear NodeError naming the attribute, and the session runs the next call."""
+    import onnx_ep
+
+    feeds = _ms_case(np.float32, 0, (4,), 1, False, True, 3)
+    given = {k: v for k, v in feeds.items() if k and v is not None}
+    bad = onnx_ep.Session(_ms_model(feeds, **{attr: value}), providers=["cpu_reference"])
+    with pytest.raises(NodeError, match=attr):
+        bad.run(None, given)
+    good = onnx_ep.Session(_ms_model(feeds), providers=["cpu_reference"])
+    y, present = good.run(None, given)
+    assert y.shape == (2, 4, 3) and present.shape == (2, 4, 3)
