@@ -46,6 +46,12 @@ def _ids(value: Any) -> tuple[int, ...]:
     return (int(value),)
 
 
+#: genai_config.json's layer_types whose only state is the KV cache, and the convolution
+#: layers' type (a state fed back from step to step)
+ATTENTION_LAYERS = frozenset(("full_attention", "sliding_attention", "attention"))
+CONV_LAYER = "conv"
+
+
 @attrs.frozen
 class SearchOptions:
     """The ``search`` section: defaults a :class:`GeneratorParams` starts from."""
@@ -117,6 +123,27 @@ class DecoderConfig:
     window_size: int = 0
     window_layers: tuple[int, ...] = ()
     cache_slack: int = 0
+    #: ``layer_types`` (empty: every layer attention) and the names of the convolution
+    #: layers' states (LFM2): ``[batch, channels, conv_cache_size]``, each step's present
+    #: the next step's past
+    layer_types: tuple[str, ...] = ()
+    past_conv_names: str = "past.%d.conv"
+    present_conv_names: str = "present.%d.conv"
+    conv_cache_size: int = 0
+
+    @property
+    def kv_layers(self) -> tuple[int, ...]:
+        """The layers with a KV cache (attention layers)."""
+        return tuple(i for i in range(self.num_hidden_layers)
+                     if not self.layer_types or self.layer_types[i] in ATTENTION_LAYERS)
+
+    @property
+    def conv_layers(self) -> tuple[int, ...]:
+        """The convolution layers, whose state is fed back step by step."""
+        return tuple(i for i, t in enumerate(self.layer_types) if t == CONV_LAYER)
+
+    def conv_names(self, layer: int) -> tuple[str, str]:
+        return self.past_conv_names % layer, self.present_conv_names % layer
 
     def past_names(self, layer: int) -> tuple[str, str]:
         return self.past_key_names % layer, self.past_value_names % layer
@@ -151,16 +178,14 @@ class GenaiConfig:
         return names or ["cpu_reference"]
 
 
-#: genai_config.json's layer_types whose only state is the KV cache
-ATTENTION_LAYERS = frozenset(("full_attention", "sliding_attention", "attention"))
 
 
 def load_config(folder: str | os.PathLike[str]) -> GenaiConfig:
     """Read ``folder/genai_config.json``.
 
     :raises ModelError: no such file, malformed JSON, a missing required field, search
-        options onnx-ep does not run (``num_beams`` > 1), or layers with a state other than
-        the KV cache (``layer_types`` ``conv``).
+        options onnx-ep does not run (``num_beams`` > 1), or ``layer_types`` other than
+        attention and convolution layers.
     """
     folder = Path(folder)
     path = folder / CONFIG_NAME
@@ -194,14 +219,14 @@ def _parse(folder: Path, raw: dict[str, Any]) -> GenaiConfig:
                          "the runtime shifts itself, as onnxruntime-genai's QNN models have) "
                          "is not supported; models whose GroupQueryAttention keeps the "
                          "window (sliding_window_cache) are")
-    kinds = [str(t) for t in dec.get("layer_types", ()) or ()]
-    stateful = sorted({t for t in kinds if t not in ATTENTION_LAYERS})
-    if stateful or any(k.endswith("_conv_names") for k in names):
-        raise ModelError(
-            f"layer_types {stateful or kinds}: layers that carry a state other than a KV "
-            f"cache (LFM2's convolution layers, past_conv_names) are not supported by "
-            f"onnx_ep.genai; a Session runs their graph (com.microsoft::CausalConvWithState "
-            f"on cpu_reference), feeding each present state back as the next past")
+    kinds = tuple(str(t) for t in dec.get("layer_types", ()) or ())
+    other = sorted({t for t in kinds if t not in ATTENTION_LAYERS and t != CONV_LAYER})
+    if other:
+        raise ModelError(f"layer_types {other}: layers that carry a state other than a KV "
+                         f"cache or a convolution state are not supported by onnx_ep.genai")
+    if kinds and len(kinds) != int(dec["num_hidden_layers"]):
+        raise ModelError(f"layer_types has {len(kinds)} entries for "
+                         f"{dec['num_hidden_layers']} layers")
     window_size = int(window.get("window_size", 0) or 0)
     window_layers = tuple(int(i) for i in window.get("layers", ()) or ())
     cache_slack = int(window.get("cache_slack", 0) or 0)
@@ -219,6 +244,7 @@ def _parse(folder: Path, raw: dict[str, Any]) -> GenaiConfig:
         num_attention_heads=int(dec["num_attention_heads"]),
         num_key_value_heads=int(dec.get("num_key_value_heads", dec["num_attention_heads"])),
         head_size=int(dec["head_size"]), hidden_size=int(dec.get("hidden_size", 0)),
+        layer_types=kinds, conv_cache_size=int(dec.get("conv_cache_size", 0) or 0),
         providers=providers, **{k: v for k, v in names.items() if k in known})
     s = raw.get("search", {})
     fields = {a.name for a in attrs.fields(SearchOptions)}

@@ -50,7 +50,7 @@ from onnx_ep.core.tensor import Tensor
 from onnx_ep.errors import FeedError, ModelError
 from onnx_ep.genai import search as srch
 from onnx_ep.genai.config import SearchOptions
-from onnx_ep.genai.kv_cache import GrowingKV, KVCache, SharedKV
+from onnx_ep.genai.kv_cache import ConvStates, GrowingKV, KVCache, SharedKV
 from onnx_ep.genai.stats import GenerationStats, OpenStep
 
 
@@ -107,6 +107,7 @@ class _Queued:
     wait: Callable[[], np.ndarray]      #: waits for the run; its ids (or logits) on the host
     ids: Any                            #: its ids output on the device (a decode step)
     step: OpenStep
+    conv: dict[str, Any] | None = None  #: the convolution states it read (its pasts)
 
 
 class Generator:
@@ -134,6 +135,8 @@ class Generator:
         self.rng = np.random.default_rng(None if s.random_seed < 0 else s.random_seed)
         kind = SharedKV if s.past_present_share_buffer else GrowingKV
         self.kv: KVCache = kind(model, self.batch, self.max_length)
+        #: convolution layers' states (LFM2), fed back from each run to the next
+        self.conv = ConvStates(model, self.batch) if cfg.decoder.conv_layers else None
         self.stats = GenerationStats(model.session)
         self.sequences = np.full((self.batch, self.max_length), self.pad, np.int64)
         self.mask = np.zeros((self.batch, self.max_length), np.int64)
@@ -297,8 +300,14 @@ class Generator:
         self.length = length
         self.counts = self.mask[:, :max(length - 1, 0)].sum(axis=1)
         self.fed = max(length - 1, 0)
-        if not self.kv.shared:           # its pasts hold every fed column: run them again
-            self.kv.reset()
+        if not self.kv.shared or self.conv is not None:
+            # growing pasts hold every fed column, a convolution state the last ones: run
+            # the kept columns again from the start (a shared cache's columns are written
+            # again in place)
+            if not self.kv.shared:
+                self.kv.reset()
+            if self.conv is not None:
+                self.conv.reset()
             self.fed, self.counts[:] = 0, 0
         self.done[:] = False
         self._ready = False
@@ -349,6 +358,7 @@ class Generator:
             if binding is None:
                 binding = self._binding = session.io_binding()
             self._kv_signature = _signature(self.kv.bind(binding))
+        conv = self.conv.bind(binding) if self.conv is not None else None
         columns = end - start
         self._bind_logits(binding, columns)
         greedy = self.model.greedy_output
@@ -366,10 +376,12 @@ class Generator:
         session.run_with_iobinding(binding, self._options)
         self.stats.queued(step)
         outs = dict(zip([n for n, _ in binding.output_requests()], binding.get_outputs()))
+        if self.conv is not None:     # the next run (perhaps queued before this one is
+            self.conv.update(outs)    # collected) reads this one's states
         read = outs[greedy] if greedy is not None else outs[self.model.config.decoder.logits]
         decode_ids = outs[greedy] if greedy is not None and columns == 1 else None
         self._queued.append(_Queued(start, end, outs, readback(session, read), decode_ids,
-                                    step))
+                                    step, conv))
         if columns == 1:
             if decode_ids is not None and self._device != "cpu" and not self._ids_targets:
                 self._ids_targets = [decode_ids, Tensor.empty(
@@ -414,6 +426,8 @@ class Generator:
             self.counts -= self.mask[:, q.start:q.end].sum(axis=1)
             self.mask[:, q.start:q.end] = 0
             self.fed = q.start
+            if self.conv is not None and q.conv is not None:
+                self.conv.pasts = dict(q.conv)      # the states before it ran
 
     def _ahead(self) -> Any:
         """The queued decode step's ids on the device when the next step may be queued

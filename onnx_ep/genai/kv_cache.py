@@ -86,18 +86,20 @@ class KVCache:
 
     def __init__(self, model: Any, batch: int, max_length: int) -> None:
         dec = model.config.decoder
-        self.layers = dec.num_hidden_layers
+        self.layers = len(dec.kv_layers)
         self.shape = (batch, dec.num_key_value_heads, max_length, dec.head_size)
+        #: rows of each layer's cache, by layer index; ``kv_rows`` those of the KV layers
         self.rows = layer_rows(dec, max_length)
+        self.kv_rows = [self.rows[i] for i in dec.kv_layers]
         self.dtype = np.dtype(model.kv_dtype)
         self.device = model.device
         self.runtime = getattr(model, "runtime", None)
-        self.nbytes = capacity_bytes(self.rows, batch, dec.num_key_value_heads, dec.head_size,
-                                     self.dtype)
+        self.nbytes = capacity_bytes(self.kv_rows, batch, dec.num_key_value_heads,
+                                     dec.head_size, self.dtype)
         self.holder = f"{model.session.holder}/generator-{next(_ids)}"
         self.reservation = _reserve(model, self.nbytes, self.holder, batch, max_length)
         self._finalizer = weakref.finalize(self, self.reservation.release)
-        self.names = [(dec.past_names(i), dec.present_names(i)) for i in range(self.layers)]
+        self.names = [(dec.past_names(i), dec.present_names(i)) for i in dec.kv_layers]
 
     def close(self) -> None:
         self._finalizer()
@@ -134,9 +136,11 @@ class SharedKV(KVCache):
 
     def __init__(self, model: Any, batch: int, max_length: int) -> None:
         super().__init__(model, batch, max_length)
-        specs, offsets, _ = layout(self.rows, *self.shape[:2], self.shape[3], self.dtype)
+        specs, offsets, _ = layout(self.kv_rows, *self.shape[:2], self.shape[3], self.dtype)
         try:
-            if self.device == HOST:
+            if not specs:                   # no attention layer: nothing to hold
+                views = []
+            elif self.device == HOST:
                 block = allocate_host(self.nbytes, self.reservation)
                 block[:] = 0
                 views = [Tensor(block[o:o + spec.nbytes].view(self.dtype).reshape(spec.shape))
@@ -200,6 +204,43 @@ class GrowingKV(KVCache):
         for past, present in self.names:
             for name_in, name_out in zip(past, present):
                 self.pasts[name_in] = outputs[name_out]
+
+
+class ConvStates:
+    """The convolution layers' states (LFM2): zeros before the first step, then each step's
+    presents, which the next step reads as its pasts (kept where the session wrote them, on
+    its device). A few kilobytes a layer: they are the session's outputs, not part of the
+    KV reservation."""
+
+    def __init__(self, model: Any, batch: int) -> None:
+        dec = model.config.decoder
+        self.names = [dec.conv_names(i) for i in dec.conv_layers]
+        self.shapes: dict[str, tuple[int, int, int]] = {}
+        for past, _ in self.names:
+            dims = model.input_shape(past)
+            if len(dims) != 3 or not all(isinstance(d, int) for d in dims[1:]):
+                raise ModelError(f"{past} has shape {list(dims)}: a convolution state is "
+                                 f"[batch, channels, conv_cache_size] with the last two known")
+            self.shapes[past] = (batch, int(dims[1]), int(dims[2]))
+        self.dtypes = {past: model.input_dtype(past) for past, _ in self.names}
+        self.device = model.device
+        self.reset()
+
+    def reset(self) -> None:
+        """Zero states, as before the first step."""
+        self.pasts: dict[str, Tensor] = {
+            past: Tensor(np.zeros(self.shapes[past], self.dtypes[past]))
+            for past, _ in self.names}
+
+    def bind(self, binding: Any) -> dict[str, Tensor]:
+        for past, present in self.names:
+            binding.bind_input(past, self.pasts[past])
+            binding.bind_output(present, self.device)
+        return dict(self.pasts)
+
+    def update(self, outputs: dict[str, Tensor]) -> None:
+        for past, present in self.names:
+            self.pasts[past] = outputs[present]
 
 
 def _free(alloc: Any, reservation: Reservation) -> None:

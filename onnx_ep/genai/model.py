@@ -68,24 +68,31 @@ class Model:
     def _check(self) -> None:
         dec = self.config.decoder
         missing = [n for n in (dec.input_ids,) if n not in self._inputs]
-        missing += [n for i in range(dec.num_hidden_layers)
-                    for n in dec.past_names(i) if n not in self._inputs]
+        missing += [n for i in dec.kv_layers for n in dec.past_names(i)
+                    if n not in self._inputs]
+        missing += [dec.conv_names(i)[0] for i in dec.conv_layers
+                    if dec.conv_names(i)[0] not in self._inputs]
         missing_out = [n for n in (dec.logits,) if n not in self._outputs]
-        missing_out += [n for i in range(dec.num_hidden_layers)
-                        for n in dec.present_names(i) if n not in self._outputs]
+        missing_out += [n for i in dec.kv_layers for n in dec.present_names(i)
+                        if n not in self._outputs]
+        missing_out += [dec.conv_names(i)[1] for i in dec.conv_layers
+                        if dec.conv_names(i)[1] not in self._outputs]
         if missing or missing_out:
             raise ModelError(
                 f"{self.config.model_path} does not match genai_config.json: inputs "
                 f"{missing or 'ok'}, outputs {missing_out or 'ok'} not found; the model's "
                 f"inputs are {sorted(self._inputs)}")
-        self.kv_dtype = self.input_dtype(dec.past_names(0)[0])
-        shape = self._inputs[dec.past_names(0)[0]].spec
-        dims = tuple(shape.shape) if shape is not None else ()
+        if not dec.kv_layers:
+            self.kv_dtype = np.dtype(np.float32)
+            return
+        first = dec.past_names(dec.kv_layers[0])[0]
+        self.kv_dtype = self.input_dtype(first)
+        dims = self.input_shape(first)
         if len(dims) == 4:
             for axis, want, what in ((1, dec.num_key_value_heads, "num_key_value_heads"),
                                      (3, dec.head_size, "head_size")):
                 if isinstance(dims[axis], int) and dims[axis] != want:
-                    raise ModelError(f"{dec.past_names(0)[0]} has {dims[axis]} on axis "
+                    raise ModelError(f"{first} has {dims[axis]} on axis "
                                      f"{axis} but genai_config.json says {what} {want}")
 
     @property
@@ -99,6 +106,11 @@ class Model:
     def input_dtype(self, name: str) -> np.dtype:
         v = self._inputs[name]
         return np_dtype(v.elem_type) if v.elem_type else np.dtype(np.float32)
+
+    def input_shape(self, name: str) -> tuple[Any, ...]:
+        """The input's dims as the graph declares them (ints, names or None; () unknown)."""
+        spec = self._inputs[name].spec
+        return tuple(spec.shape) if spec is not None else ()
 
     # ------------------------------------------------------------ resources
     @property

@@ -6,7 +6,8 @@ greedily by onnxruntime-genai and by onnx_ep.genai on cpu_reference: the same se
 The families write different graphs: SkipLayerNormalization and partial rotary (Phi-2,
 Nemotron), Gelu and scaled embeddings (Gemma), softcapped logits and attention with
 window-sized caches on alternate layers (Gemma-2's ``sliding_window_cache``), per-head
-Q/K norms (Qwen3, LFM2), multipliers (Granite), and the Llama-shaped rest.
+Q/K norms (Qwen3, LFM2), LFM2's convolution layers (com.microsoft::CausalConvWithState, a
+state fed back from step to step), multipliers (Granite), and the Llama-shaped rest.
 """
 
 from __future__ import annotations
@@ -52,6 +53,10 @@ FAMILIES = {
     # attention layers only: its short-convolution layers need com.microsoft's
     # CausalConvWithState, which onnx-ep does not have
     "lfm2": ("Lfm2Config", "Lfm2ForCausalLM", {"layer_types": ["full_attention"] * 2}),
+    # a convolution layer (com.microsoft::CausalConvWithState, its state fed back) and an
+    # attention layer
+    "lfm2-conv": ("Lfm2Config", "Lfm2ForCausalLM", {"layer_types": ["conv",
+                                                                    "full_attention"]}),
 }
 
 
@@ -118,3 +123,24 @@ def test_greedy_sequences_equal_onnxruntime_genai(root, family, precision):
     assert len(theirs[1]) > len(PROMPT) + 1          # the comparison covered tokens
     if family == "gemma2":                            # its local layer keeps a window
         assert np.asarray(genai.load_config(folder).decoder.window_layers).size > 0
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int4"])
+def test_convolution_states_in_a_padded_batch_equal_onnxruntime_genai(root, precision):
+    """LFM2 with a convolution layer, two prompts of different lengths (left-padded, as both
+    pad a batch): each row's states carry its own tokens."""
+    folder = _build(root, "lfm2-conv", precision)
+    prompts = [PROMPT, PROMPT[:3]]
+    width = len(PROMPT)
+    padded = np.array([[0] * (width - len(p)) + list(p) for p in prompts], np.int32)
+    sequences = []
+    for module, model in ((og, og.Model(str(folder))),
+                          (genai, genai.Model(folder, providers=["cpu_reference"]))):
+        params = module.GeneratorParams(model)
+        params.set_search_options(max_length=width + NEW, do_sample=False, batch_size=2)
+        gen = module.Generator(model, params)
+        gen.append_tokens(padded if module is og else prompts)
+        while not gen.is_done():
+            gen.generate_next_token()
+        sequences.append([[int(t) for t in gen.get_sequence(b)] for b in range(2)])
+    assert sequences[1] == sequences[0] and len(sequences[0][1]) > width + 1

@@ -92,14 +92,23 @@ def test_attention_layer_types_are_read(tmp_path):
     assert c.decoder.num_hidden_layers == 2
 
 
-@pytest.mark.parametrize("changes", [
-    # LFM2 as onnxruntime-genai's builder writes it: a convolution layer and its state names
-    {"model__decoder__layer_types": ["conv", "full_attention"],
-     "model__decoder__inputs__past_conv_names": "past.%d.conv",
-     "model__decoder__outputs__present_conv_names": "present.%d.conv"},
-    {"model__decoder__layer_types": ["linear_attention", "full_attention"]},
-    {"model__decoder__inputs__past_conv_names": "past.%d.conv"},
-], ids=["lfm2", "linear-attention", "conv-names"])
-def test_layers_with_a_state_besides_the_kv_cache_are_refused(tmp_path, changes):
-    with pytest.raises(ModelError, match="state other than a KV cache"):
-        genai.load_config(_write(tmp_path, **changes))
+def test_convolution_layers_are_read(tmp_path):
+    """LFM2 as onnxruntime-genai's builder writes it: a convolution layer, its state names,
+    and the attention layers' KV names only for those layers."""
+    c = genai.load_config(_write(
+        tmp_path, model__decoder__layer_types=["conv", "full_attention"],
+        model__decoder__conv_cache_size=2,
+        model__decoder__inputs__past_conv_names="past.%d.conv",
+        model__decoder__outputs__present_conv_names="present.%d.conv"))
+    d = c.decoder
+    assert (d.kv_layers, d.conv_layers, d.conv_cache_size) == ((1,), (0,), 2)
+    assert d.conv_names(0) == ("past.0.conv", "present.0.conv")
+
+
+@pytest.mark.parametrize("kinds,match", [
+    (["linear_attention", "full_attention"], "linear_attention"),
+    (["conv"], "1 entries for 2 layers"),
+])
+def test_other_layer_types_are_refused(tmp_path, kinds, match):
+    with pytest.raises(ModelError, match=match):
+        genai.load_config(_write(tmp_path, model__decoder__layer_types=kinds))
