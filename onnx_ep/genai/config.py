@@ -178,8 +178,6 @@ class GenaiConfig:
         return names or ["cpu_reference"]
 
 
-
-
 def load_config(folder: str | os.PathLike[str]) -> GenaiConfig:
     """Read ``folder/genai_config.json``.
 

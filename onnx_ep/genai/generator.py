@@ -302,10 +302,8 @@ class Generator:
         self.fed = max(length - 1, 0)
         if not self.kv.shared or self.conv is not None:
             # growing pasts hold every fed column, a convolution state the last ones: run
-            # the kept columns again from the start (a shared cache's columns are written
-            # again in place)
-            if not self.kv.shared:
-                self.kv.reset()
+            # the kept columns again from the start
+            self.kv.reset()
             if self.conv is not None:
                 self.conv.reset()
             self.fed, self.counts[:] = 0, 0

@@ -111,6 +111,10 @@ class KVCache:
     def update(self, outputs: dict[str, Tensor]) -> None:
         """After a run: take the presents the binding returned (by name)."""
 
+    def reset(self) -> None:
+        """Forget every fed column, before the kept ones run again (a shared buffer needs
+        nothing: those columns are written again in place)."""
+
 
 def _reserve(model: Any, nbytes: int, holder: str, batch: int,
              max_length: int) -> Reservation:
@@ -159,7 +163,7 @@ class SharedKV(KVCache):
         self._finalizer = weakref.finalize(self, _free, alloc, self.reservation)
         stream = rt.new_stream()
         zeros = {r: np.zeros((*self.shape[:2], r, self.shape[3]), self.dtype)
-                 for r in set(self.rows)}
+                 for r in set(self.kv_rows)}
         views = []
         for o, spec in zip(offsets, specs):
             t = Tensor(rt.tensor(alloc, o, spec), rt.device, rt)
@@ -215,13 +219,8 @@ class ConvStates:
     def __init__(self, model: Any, batch: int) -> None:
         dec = model.config.decoder
         self.names = [dec.conv_names(i) for i in dec.conv_layers]
-        self.shapes: dict[str, tuple[int, int, int]] = {}
-        for past, _ in self.names:
-            dims = model.input_shape(past)
-            if len(dims) != 3 or not all(isinstance(d, int) for d in dims[1:]):
-                raise ModelError(f"{past} has shape {list(dims)}: a convolution state is "
-                                 f"[batch, channels, conv_cache_size] with the last two known")
-            self.shapes[past] = (batch, int(dims[1]), int(dims[2]))
+        # [batch, channels, length], the last two known (Model checked them at load)
+        self.shapes = {past: (batch, *model.input_shape(past)[1:]) for past, _ in self.names}
         self.dtypes = {past: model.input_dtype(past) for past, _ in self.names}
         self.device = model.device
         self.reset()

@@ -68,20 +68,25 @@ class Model:
     def _check(self) -> None:
         dec = self.config.decoder
         missing = [n for n in (dec.input_ids,) if n not in self._inputs]
-        missing += [n for i in dec.kv_layers for n in dec.past_names(i)
-                    if n not in self._inputs]
-        missing += [dec.conv_names(i)[0] for i in dec.conv_layers
-                    if dec.conv_names(i)[0] not in self._inputs]
-        missing_out = [n for n in (dec.logits,) if n not in self._outputs]
-        missing_out += [n for i in dec.kv_layers for n in dec.present_names(i)
-                        if n not in self._outputs]
-        missing_out += [dec.conv_names(i)[1] for i in dec.conv_layers
-                        if dec.conv_names(i)[1] not in self._outputs]
+        pasts = [n for i in dec.kv_layers for n in dec.past_names(i)]
+        presents = [n for i in dec.kv_layers for n in dec.present_names(i)]
+        convs = [dec.conv_names(i) for i in dec.conv_layers]
+        missing += [n for n in pasts + [p for p, _ in convs] if n not in self._inputs]
+        missing_out = [n for n in [dec.logits] + presents + [p for _, p in convs]
+                       if n not in self._outputs]
         if missing or missing_out:
             raise ModelError(
                 f"{self.config.model_path} does not match genai_config.json: inputs "
                 f"{missing or 'ok'}, outputs {missing_out or 'ok'} not found; the model's "
                 f"inputs are {sorted(self._inputs)}")
+        for past, _ in convs:
+            dims = self.input_shape(past)
+            if len(dims) != 3 or not all(isinstance(d, int) for d in dims[1:]):
+                raise ModelError(f"{past} has shape {list(dims)}: a convolution state is "
+                                 f"[batch, channels, conv_cache_size] with the last two known")
+            if dec.conv_cache_size and dims[2] != dec.conv_cache_size:
+                raise ModelError(f"{past} holds {dims[2]} positions but genai_config.json "
+                                 f"says conv_cache_size {dec.conv_cache_size}")
         if not dec.kv_layers:
             self.kv_dtype = np.dtype(np.float32)
             return

@@ -109,3 +109,13 @@ def test_a_model_without_the_state_names_is_refused(tmp_path):
     (tmp_path / "genai_config.json").write_text(json.dumps(cfg))
     with pytest.raises(ModelError, match="past_conv.0"):
         genai.Model(tmp_path, providers=["cpu_reference"])
+
+
+def test_a_state_length_other_than_conv_cache_size_is_refused(tmp_path):
+    gc.write_folder(tmp_path)
+    cfg = gc.genai_config(True)
+    cfg["model"]["decoder"]["conv_cache_size"] = gc.K
+    (tmp_path / "genai_config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ModelError, match=f"holds {gc.K - 1} positions .* conv_cache_size "
+                                         f"{gc.K}"):
+        genai.Model(tmp_path, providers=["cpu_reference"])

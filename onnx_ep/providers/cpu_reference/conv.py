@@ -403,7 +403,6 @@ class CausalConvWithState(CpuKernel):
 
 def _activation(kernel: CpuKernel, ctx: ExecutionContext) -> str:
     activation = ctx.node.attr("activation", "none")
-    activation = activation.decode() if isinstance(activation, bytes) else str(activation)
     if activation not in ("none", "silu", "swish"):
         raise kernel.fail(ctx, f"activation {activation!r} is not 'none', 'silu' or 'swish'")
     return activation
